@@ -1,0 +1,17 @@
+"""devctl: inspect and diagnose JAX/XLA accelerators.
+
+Importing devctl is cheap: heavy modules (jax, numpy, pynvml) load only inside
+the functions that need them.
+"""
+
+__version__ = "0.1.0"
+
+
+def inventory(*, platforms=None, timeout_s=None, host_root="/"):
+    """Everything `devctl list --json` reports, as a `devctl.model.inventory.Inventory`.
+
+    JAX backends are initialized in a child process, never in the caller's.
+    """
+    from devctl.inventory import collect_inventory
+
+    return collect_inventory(platforms=platforms, timeout_s=timeout_s, host_root=host_root)

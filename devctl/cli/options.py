@@ -1,0 +1,67 @@
+"""Options shared by several commands, and their validation."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from devctl.errors import UsageError
+
+KNOWN_PLATFORMS = ("cpu", "cuda", "rocm", "tpu", "gpu", "metal", "oneapi", "xpu", "proxy")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+# Parsed by check_timeout, not typer, so a bad value is named in the error.
+TimeoutOpt = Annotated[
+    Optional[str],
+    typer.Option("--timeout", metavar="SECONDS", envvar="DEVCTL_TIMEOUT", help="Bound on each backend's initialization (default 30, at most 60)."),
+]
+HostRootOpt = Annotated[
+    str,
+    typer.Option(
+        "--host-root",
+        metavar="PATH",
+        help="Read sysfs, /dev and /proc under PATH (a host's / mounted into a container).",
+    ),
+]
+PlatformOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--platform", "-p", metavar="NAME", help="Only this JAX platform (repeatable): cpu, cuda, rocm, tpu, gpu or a plugin's name."),
+]
+
+
+def check_timeout(text: str | None) -> float:
+    from devctl.probe.runner import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
+
+    if text is None:
+        return DEFAULT_TIMEOUT_S
+    try:
+        timeout_s = float(text)
+    except ValueError:
+        timeout_s = float("nan")
+    if not (0 < timeout_s <= MAX_TIMEOUT_S):  # NaN fails this too
+        raise UsageError(f"--timeout (or DEVCTL_TIMEOUT) must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {text!r}")
+    return timeout_s
+
+
+def check_host_root(path: str) -> str:
+    import os
+
+    if not os.path.isdir(path):
+        raise UsageError(f"--host-root {path!r} is not a directory")
+    return path
+
+
+def check_platforms(platforms: list[str] | None, extra_known: tuple[str, ...] = ()) -> list[str] | None:
+    """Lower-cased platform names, `gpu` kept as an alias JAX expands itself."""
+    if not platforms:
+        return None
+    names = []
+    for item in platforms:
+        for name in item.split(","):
+            name = name.strip().lower()
+            if name not in KNOWN_PLATFORMS and name not in extra_known:
+                accepted = ", ".join(sorted(set(KNOWN_PLATFORMS) | set(extra_known)))
+                raise UsageError(f"unknown --platform {name!r}; accepted: {accepted}")
+            names.append(name)
+    return names

@@ -1,0 +1,200 @@
+"""Assemble `devctl list`: the probe's backends and devices beside what discovery finds on the machine.
+
+Discovery (NVML, sysfs, plugin metadata and library probes) runs in a thread
+while the backend probe child imports jax, so the whole costs little more
+than the probe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from devctl import __version__
+from devctl.hostroot import HostRoot
+from devctl.model.inventory import BackendInfo, BackendStatus, DeviceInfo, UnusedAccelerator
+
+SCHEMA = "devctl.list/1"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Accelerators on the machine as discovery sees them, whether or not JAX uses them."""
+
+    nvidia: Any  # model.hardware.NvmlReport
+    nvidia_device_nodes: list[str]
+    nvidia_pci: list[Any]  # model.hardware.PciFunction: GPUs on the bus, with or without a driver
+    tpu: Any  # model.hardware.TpuReport
+    amd: Any  # model.hardware.AmdReport
+
+
+@dataclass(frozen=True)
+class Inventory:
+    schema: str
+    devctl_version: str
+    timestamp: float
+    hostname: str
+    jax_version: str | None
+    jaxlib_version: str | None
+    default_platform: str | None
+    backends: list[BackendInfo]
+    devices: list[DeviceInfo]
+    unused_accelerators: list[UnusedAccelerator]
+    plugins: list[Any]  # model.plugins.PluginReport
+    host: Any  # model.hardware.HostInfo
+    hardware: Hardware
+    elapsed_s: float
+    notes: list[str] = field(default_factory=list)
+
+
+def discover_hardware(root: HostRoot) -> Hardware:
+    from devctl.discovery import amd, nvidia, tpu
+    from devctl.model.hardware import NvmlReport
+
+    if root.is_real:
+        nvml = nvidia.nvml_report()
+    else:
+        reason = "not read under --host-root: NVML talks to this machine's driver, not to a host tree"
+        nvml = NvmlReport("unavailable", reason, None, None, None, ())
+    return Hardware(
+        nvidia=nvml,
+        nvidia_device_nodes=nvidia.nvidia_device_nodes(root),
+        nvidia_pci=nvidia.nvidia_pci_devices(root),
+        tpu=tpu.tpu_info(root),
+        amd=amd.amd_report(root),
+    )
+
+
+def collect_inventory(
+    platforms: list[str] | None = None, timeout_s: float | None = None, host_root: str = "/"
+) -> Inventory:
+    """Everything `devctl list` shows. Never raises for a broken backend or plugin."""
+    from devctl.discovery.host import host_info
+    from devctl.discovery.plugins import plugins_report
+    from devctl.probe.backends import probe_backends
+    from devctl.probe.runner import DEFAULT_TIMEOUT_S
+
+    timeout_s = timeout_s or DEFAULT_TIMEOUT_S
+    root = HostRoot(host_root)
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        hardware_f = pool.submit(discover_hardware, root)
+        plugins_f = pool.submit(plugins_report, timeout_s=timeout_s)
+        host_f = pool.submit(host_info, root)
+        probe = probe_backends(platforms, timeout_s=timeout_s)
+        hardware, plugins, host = hardware_f.result(), plugins_f.result(), host_f.result()
+    devices = match_nvml(probe.devices, hardware.nvidia)
+    backends = [with_hint(b, hardware) for b in probe.backends]
+    backends = [quiet_tpu_without_chips(b, hardware) for b in backends]
+    return Inventory(
+        schema=SCHEMA,
+        devctl_version=__version__,
+        timestamp=time.time(),
+        hostname=socket.gethostname(),
+        jax_version=probe.jax_version,
+        jaxlib_version=probe.jaxlib_version,
+        default_platform=probe.default_platform,
+        backends=backends,
+        devices=devices,
+        unused_accelerators=unused_accelerators(backends, devices, hardware),
+        plugins=plugins,
+        host=host,
+        hardware=hardware,
+        elapsed_s=time.monotonic() - started,
+    )
+
+
+def match_nvml(devices: list[DeviceInfo], nvml) -> list[DeviceInfo]:
+    """Attach to each CUDA device the NVML GPU with the same PCI bus id."""
+    from devctl.discovery.nvidia import normalize_pci_bus_id
+
+    gpus = {normalize_pci_bus_id(g.pci_bus_id): g for g in (getattr(nvml, "gpus", None) or ()) if g.pci_bus_id}
+    out = []
+    for d in devices:
+        bus_id = d.attributes.get("pci_bus_id")
+        gpu = gpus.get(normalize_pci_bus_id(bus_id)) if bus_id else None
+        if gpu is not None:
+            d = dataclasses.replace(d, nvml_gpu={"index": gpu.index, "name": gpu.name, "uuid": gpu.uuid, "pci_bus_id": gpu.pci_bus_id})
+        out.append(d)
+    return out
+
+
+def unused_accelerators(backends: list[BackendInfo], devices: list[DeviceInfo], hw: Hardware) -> list[UnusedAccelerator]:
+    """Accelerators on the machine that no initialized JAX backend uses, each with the reason."""
+    ok = {b.platform for b in backends if b.status is BackendStatus.OK}
+    by_platform = {b.platform: b for b in backends}
+    out: list[UnusedAccelerator] = []
+
+    used_bus_ids = {d.nvml_gpu["pci_bus_id"] for d in devices if d.nvml_gpu}
+    cuda_devices = [d for d in devices if d.platform in ("gpu", "cuda")]
+    gpus = list(getattr(hw.nvidia, "gpus", None) or ())
+    if gpus and not ("cuda" in ok and len(cuda_devices) >= len(gpus)):
+        reason = _why_not(by_platform.get("cuda"), "no CUDA backend: install it with pip install -U 'jax[cuda13]' (or 'jax[cuda12]')")
+        for g in gpus:
+            if g.pci_bus_id in used_bus_ids:
+                continue
+            if "cuda" in ok and not used_bus_ids:
+                reason = "not among JAX's CUDA devices (CUDA_VISIBLE_DEVICES or device order)"
+            out.append(UnusedAccelerator("nvidia-gpu", g.name or "NVIDIA GPU", g.pci_bus_id or f"nvml index {g.index}", reason))
+    elif not gpus and "cuda" not in ok:
+        # No NVML (no driver, or --host-root): the PCI bus still shows the GPUs.
+        nodes = any(n.rsplit("/", 1)[-1].startswith("nvidia") for n in hw.nvidia_device_nodes)
+        for f in hw.nvidia_pci:
+            if f.driver not in (None, "nvidia"):
+                reason = f"bound to the {f.driver} driver, not nvidia (passed through to a VM?)"
+            elif f.driver is None:
+                reason = "no kernel driver bound: install the NVIDIA driver"
+            elif not nodes:
+                reason = "no /dev/nvidia* device node: in a container, start it with --gpus all"
+            else:
+                reason = _why_not(by_platform.get("cuda"), "no CUDA backend: pip install -U 'jax[cuda13]' (or 'jax[cuda12]')")
+            out.append(UnusedAccelerator("nvidia-gpu", f"NVIDIA GPU {f.device_id}", f.address, reason))
+
+    tpu_chips = list(getattr(hw.tpu, "chips", None) or ())
+    if tpu_chips and "tpu" not in ok:
+        reason = _why_not(by_platform.get("tpu"), "no TPU backend: pip install -U 'jax[tpu]'")
+        for chip in tpu_chips:
+            held = ", ".join(f"pid {p.pid} ({p.command})" for p in chip.holders)
+            out.append(UnusedAccelerator("tpu-chip", f"TPU {chip.version}", chip.pci_address, f"held by {held}" if held else reason))
+
+    amd = list(getattr(hw.amd, "gpus", None) or ())
+    if amd and "rocm" not in ok:
+        reason = _why_not(by_platform.get("rocm"), "no ROCm backend: pip install -U 'jax[rocm]' (see JAX's ROCm install guide)")
+        for g in amd:
+            out.append(UnusedAccelerator("amd-gpu", g.name or "AMD GPU", g.pci_address or f"kfd node {g.node}", reason))
+    return out
+
+
+def _why_not(backend: BackendInfo | None, default: str) -> str:
+    if backend is None or backend.status is BackendStatus.OK:
+        return default
+    return f"{backend.platform} backend {backend.status.value}: {backend.error}"
+
+
+def with_hint(b: BackendInfo, hw: Hardware) -> BackendInfo:
+    """One line telling the user what to do about a backend that is not ok."""
+    if b.status is BackendStatus.OK or b.hint:
+        return b
+    err = b.error or ""
+    if b.plugin and b.status in (BackendStatus.CRASHED, BackendStatus.FAILED):
+        hint = f"the plugin {b.plugin} is broken or does not match jaxlib: reinstall or uninstall it; JAX_PLATFORMS=cpu skips it"
+    elif b.status is BackendStatus.TIMEOUT:
+        hint = "it hung: another process may hold the device, or a multi-host slice waits for its other hosts; run devctl doctor"
+    elif b.platform == "tpu" and "libtpu" in err:
+        hint = "libtpu is not installed: pip install -U 'jax[tpu]'" if getattr(hw.tpu, "chips", None) else "no TPU on this machine"
+    elif b.platform == "cuda" and b.status is BackendStatus.SKIPPED:
+        hint = "in a container, start it with --gpus all (docker) or request nvidia.com/gpu (Kubernetes)"
+    else:
+        hint = "run devctl doctor for a diagnosis"
+    return dataclasses.replace(b, hint=hint)
+
+
+def quiet_tpu_without_chips(b: BackendInfo, hw: Hardware) -> BackendInfo:
+    """JAX tries TPU on every machine and ignores the failure; with no TPU chip present that is not a failure."""
+    if b.platform == "tpu" and b.status is BackendStatus.FAILED and b.fail_quietly and not getattr(hw.tpu, "chips", None):
+        return dataclasses.replace(b, status=BackendStatus.SKIPPED, hint="no TPU chip on this machine; JAX ignores this backend")
+    return b

@@ -1,0 +1,298 @@
+"""Initialize JAX backends in a child process and report each one, even when one of them kills the child.
+
+Parent side (`probe_backends`, no jax import) runs the child; when the child
+hangs or dies, the phase it last announced names the culprit, which is
+skipped in a fresh child so the healthy backends are still listed.
+
+Child side (`python -m devctl.probe.backends REQUEST`) instruments JAX's own
+plugin discovery and initializes each backend separately with
+`xla_bridge._init_backend`, the call `jax.devices()` makes for each platform.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from devctl.model.inventory import BackendInfo, BackendStatus, DeviceInfo
+from devctl.probe.runner import ChildResult, last_line, run_child
+
+_MAX_ATTEMPTS = 8
+PJRT_ENV = "PJRT_NAMES_AND_LIBRARY_PATHS"
+
+
+@dataclass
+class BackendsProbe:
+    backends: list[BackendInfo] = field(default_factory=list)
+    devices: list[DeviceInfo] = field(default_factory=list)
+    jax_version: str | None = None
+    jaxlib_version: str | None = None
+    default_platform: str | None = None
+    elapsed_s: float = 0.0
+
+
+def probe_backends(
+    platforms: list[str] | None = None, *, timeout_s: float, memory_stats: bool = True
+) -> BackendsProbe:
+    """Initialize every JAX backend (or only `platforms`) in child processes; never raises for a bad backend."""
+    result = BackendsProbe()
+    by_platform: dict[str, BackendInfo] = {}
+    devices: dict[str, list[DeviceInfo]] = {}
+    skip_plugins: list[str] = []
+    skip_platforms: list[str] = []
+    env_items = _pjrt_env_items()
+    started = time.monotonic()
+    for _ in range(_MAX_ATTEMPTS):
+        request = {
+            "platforms": platforms,
+            "skip_plugins": skip_plugins,
+            "skip_platforms": skip_platforms + list(by_platform),
+            "memory_stats": memory_stats,
+        }
+        env = {PJRT_ENV: ",".join(i for i in env_items if i.split(os.pathsep)[0] not in skip_plugins)} if env_items else None
+        child = run_child("devctl.probe.backends", request, timeout_s=timeout_s, env=env)
+        for event in child.events:
+            kind = event.get("event")
+            if kind == "versions":
+                result.jax_version, result.jaxlib_version = event.get("jax"), event.get("jaxlib")
+            elif kind == "backend":
+                info = BackendInfo.from_event(event)
+                by_platform[info.platform] = info
+                devices[info.platform] = [DeviceInfo.from_event(d) for d in event.get("devices", [])]
+            elif kind == "plugin" and event.get("status") != "ok":
+                info = BackendInfo.from_plugin_event(event)
+                by_platform[info.platform] = info
+            elif kind == "done":
+                result.default_platform = event.get("default_platform")
+        if child.ok and child.last("done"):
+            break
+        culprit = _culprit(child)
+        if culprit is None:  # died outside any backend: nothing more a retry can learn
+            by_platform.setdefault("jax", _failed("jax", child, "while importing jax"))
+            break
+        kind, name = culprit
+        if kind == "plugin":
+            skip_plugins.append(name)
+            by_platform[name] = _failed(name, child, f"while loading plugin {name}", plugin=name)
+        else:
+            skip_platforms.append(name)
+            by_platform[name] = _failed(name, child, f"while initializing backend {name!r}")
+    result.backends = list(by_platform.values())
+    result.devices = [d for p in by_platform for d in devices.get(p, [])]
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+def _pjrt_env_items() -> list[str]:
+    value = os.environ.get(PJRT_ENV, "")
+    return [item for item in value.split(",") if item]
+
+
+def _culprit(child: ChildResult) -> tuple[str, str] | None:
+    """The plugin or platform the child announced last and never finished."""
+    finished = {(e["event"], e.get("name") or e.get("platform")) for e in child.events if e.get("event") in ("plugin", "backend")}
+    for event in reversed(child.events):
+        if event.get("event") == "phase" and event.get("kind") in ("plugin", "backend"):
+            key = (event["kind"], event["name"])
+            return None if key in finished else key
+    return None
+
+
+def _failed(name: str, child: ChildResult, where: str, plugin: str | None = None) -> BackendInfo:
+    status = BackendStatus.TIMEOUT if child.timed_out else BackendStatus.CRASHED
+    if not child.timed_out and not child.signal_name:
+        status = BackendStatus.FAILED
+    detail = last_line(child.output_tail)
+    error = f"{child.failure_text()} {where}"
+    if detail and detail not in error:
+        error += f" (last output: {detail})"
+    return BackendInfo(platform=name, status=status, error=error, init_s=child.elapsed_s, plugin=plugin)
+
+
+# ---------------------------------------------------------------- child side
+
+
+def _child_main() -> None:
+    from devctl.probe.channel import emit, read_request
+
+    request = read_request()
+    emit("phase", kind="import", name="jax")
+    import jax
+    import jaxlib
+    from jax._src import xla_bridge as xb
+
+    emit("versions", jax=jax.__version__, jaxlib=jaxlib.__version__)
+    _instrument_plugin_discovery(xb, emit, set(request.get("skip_plugins") or []))
+    xb._discover_and_register_pjrt_plugins()
+
+    skip = set(request.get("skip_platforms") or [])
+    default, best = None, None
+    for platform, priority, quiet in _platforms(xb, request.get("platforms")):
+        if platform in skip:
+            continue
+        emit("phase", kind="backend", name=platform)
+        event = _init_one(xb, platform, quiet, request.get("memory_stats", True))
+        event["priority"] = priority
+        emit("backend", **event)
+        if event["status"] == "ok" and (best is None or priority > best):
+            default, best = platform, priority
+    emit("done", default_platform=default)
+
+
+def _instrument_plugin_discovery(xb, emit, skip: set[str]) -> None:
+    """Wrap JAX's plugin discovery so each plugin's import and initialize() is announced and timed."""
+    import importlib
+    from importlib.metadata import entry_points
+    import pkgutil
+
+    current: list[str] = []  # the packaged plugin whose initialize() is running
+
+    def discover_pjrt_plugins() -> None:
+        names = set()
+        if xb.jax_plugins:
+            names.update(n for _, n, _ in pkgutil.iter_modules(xb.jax_plugins.__path__, "jax_plugins."))
+        names.update(ep.value for ep in entry_points(group="jax_plugins"))
+        for name in sorted(names):
+            short = name.rsplit(".", 1)[-1]
+            if name in skip or short in skip:
+                continue
+            emit("phase", kind="plugin", name=short)
+            t0 = time.perf_counter()
+            current.append(short)
+            try:
+                importlib.import_module(name).initialize()
+                status, error = "ok", None
+            except BaseException as e:  # a plugin's own SystemExit must not end the probe
+                status, error = "failed", f"{name}.initialize() raised {type(e).__name__}: {e}"
+            finally:
+                current.pop()
+            emit("plugin", name=short, module=name, status=status, error=error, init_s=time.perf_counter() - t0)
+
+    original_register = xb.register_plugin
+
+    def register_plugin(plugin_name, *args, **kwargs):
+        # Loading the library (dlopen + GetPjrtApi) happens here. Inside a packaged plugin's
+        # initialize() the culprit is that package; otherwise it is a PJRT_NAMES_AND_LIBRARY_PATHS entry.
+        if current:
+            return original_register(plugin_name, *args, **kwargs)
+        emit("phase", kind="plugin", name=plugin_name)
+        out = original_register(plugin_name, *args, **kwargs)
+        emit("plugin", name=plugin_name, status="ok")
+        return out
+
+    xb.discover_pjrt_plugins = discover_pjrt_plugins
+    xb.register_plugin = register_plugin
+
+
+def _platforms(xb, requested: list[str] | None) -> list[tuple[str, int, bool]]:
+    """(platform, priority, fail_quietly) in the order JAX would try them."""
+    registered = dict(xb._backend_factories)
+    if requested:
+        names = [p for r in requested for p in xb.expand_platform_alias(r)]
+    elif os.environ.get("JAX_PLATFORMS"):
+        names = [p for r in os.environ["JAX_PLATFORMS"].split(",") for p in xb.expand_platform_alias(r.strip())]
+    else:
+        # The IFRT proxy backend (negative priority) is only ever used when asked for.
+        names = [p for p, r in registered.items() if r.priority >= 0]
+    out = []
+    for name in dict.fromkeys(names):
+        reg = registered.get(name)
+        out.append((name, reg.priority if reg else -1, bool(reg and reg.fail_quietly)))
+    return sorted(out, key=lambda t: -t[1])
+
+
+def _init_one(xb, platform: str, quiet: bool, memory_stats: bool) -> dict:
+    from jax._src import hardware_utils
+
+    event: dict = {"platform": platform, "fail_quietly": quiet, "devices": []}
+    if platform not in xb._backend_factories:
+        known = ", ".join(xb._backend_factories)
+        event.update(status="skipped", error=f"no backend named {platform!r} is installed (installed: {known})")
+        return event
+    if platform == "cuda" and not hardware_utils.has_visible_nvidia_gpu():
+        event.update(status="skipped", error="JAX skips CUDA: none of /dev/nvidia0, /dev/nvidiactl, /dev/dxg exists")
+        return event
+    t0 = time.perf_counter()
+    try:
+        client = xb._init_backend(platform)
+    except Exception as e:
+        event.update(status="failed", error=f"{type(e).__name__}: {e}", init_s=time.perf_counter() - t0)
+        return event
+    event["init_s"] = time.perf_counter() - t0
+    event["status"] = "ok"
+    event["platform_version"] = getattr(client, "platform_version", None)
+    event["runtime_type"] = getattr(client, "runtime_type", None)
+    major = getattr(client, "pjrt_c_api_major_version", None)
+    minor = getattr(client, "pjrt_c_api_minor_version", None)
+    event["pjrt_c_api_version"] = {"major": major, "minor": minor} if major is not None else None
+    event["process_index"] = client.process_index()
+    event["devices"] = [_device(d, client.process_index(), memory_stats) for d in client.devices()]
+    return event
+
+
+_EXTRA_ATTRS = (
+    "coords", "core_on_chip", "slice_index", "num_cores", "compute_capability", "core_count",
+    "device_vendor", "pci_bus_id",
+)  # fmt: skip
+
+
+def _device(d, process_index: int, want_stats: bool) -> dict:
+    local = d.process_index == process_index
+    info: dict = {
+        "id": d.id,
+        "platform": d.platform,
+        "device_kind": d.device_kind,
+        "process_index": d.process_index,
+        "local_hardware_id": _safe(lambda: d.local_hardware_id),
+        "memory_kinds": _safe(lambda: [m.kind for m in d.addressable_memories()]) if local else None,
+        "default_memory_kind": _safe(lambda: d.default_memory().kind) if local else None,
+    }
+    if local and want_stats:
+        stats = _safe(d.memory_stats)
+        info["memory_stats"] = {k: (None if v == -1 else v) for k, v in stats.items()} if isinstance(stats, dict) else None
+    attrs = {}
+    for name in _EXTRA_ATTRS:
+        value = _safe(lambda: getattr(d, name, None))
+        if value is not None:
+            attrs[name] = list(value) if isinstance(value, tuple) else value
+    if d.platform in ("gpu", "cuda") and "pci_bus_id" not in attrs and local:
+        bus_id = _cuda_pci_bus_id(info["local_hardware_id"])
+        if bus_id:
+            attrs["pci_bus_id"] = bus_id
+    info["attributes"] = attrs
+    return info
+
+
+def _cuda_pci_bus_id(ordinal: int | None) -> str | None:
+    """The PCI bus id of CUDA device `ordinal`, asked of the driver API the CUDA client already initialized.
+
+    JAX does not expose it, and it is the only key that matches a JAX device to
+    its NVML GPU when CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER renumber them.
+    """
+    import ctypes
+
+    if ordinal is None:
+        return None
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        device = ctypes.c_int()
+        buf = ctypes.create_string_buffer(64)
+        if cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(device), int(ordinal)):
+            return None
+        if cuda.cuDeviceGetPCIBusId(buf, 64, device):
+            return None
+        return buf.value.decode()
+    except (OSError, AttributeError):
+        return None
+
+
+def _safe(fn):
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+if __name__ == "__main__":
+    _child_main()

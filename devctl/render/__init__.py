@@ -1,0 +1,1 @@
+"""Turning finished data into tables or JSON. Renderers never fetch data."""

@@ -1,0 +1,44 @@
+"""`devctl env` as tables."""
+
+from __future__ import annotations
+
+from devctl.render.console import out, table_box
+
+
+def render_environment(rep) -> None:
+    from rich.table import Table
+
+    console = out()
+    versions = Table(title="versions", title_justify="left", box=table_box(), pad_edge=False)
+    versions.add_column("component")
+    versions.add_column("version")
+    versions.add_row("python", f"{rep.python} ({rep.python_executable})")
+    versions.add_row("os", rep.os)
+    versions.add_row("devctl", rep.devctl_version)
+    for p in rep.packages:
+        versions.add_row(p.name, p.version or "not installed")
+    for w in rep.cuda_wheels:
+        versions.add_row(w.distribution, w.version + (f" ({w.verdict})" if w.verdict not in ("ok", "not checked") else ""))
+    versions.add_row("nvidia driver", rep.nvidia_driver or "-")
+    versions.add_row("cuda (driver supports)", rep.nvidia_cuda_driver_version or "-")
+    console.print(versions)
+
+    if rep.findings:
+        problems = Table(title="version problems", title_justify="left", box=table_box(), pad_edge=False)
+        for col in ("severity", "problem", "fix"):
+            problems.add_column(col, overflow="fold")
+        for f in rep.findings:
+            problems.add_row(f.severity, f.message, f.remediation or "-")
+        console.print(problems)
+
+    env = Table(title="environment variables that change JAX's device behaviour", title_justify="left", box=table_box(), pad_edge=False)
+    for col in ("variable", "value", "meaning", "problem"):
+        env.add_column(col, overflow="fold")
+    for e in rep.env:
+        env.add_row(e.name, e.value, e.meaning or "-", e.problem or "")
+    if rep.env:
+        console.print(env)
+    else:
+        console.print("No JAX-related environment variable is set.", markup=False)
+    for note in rep.notes:
+        console.print(note, markup=False)

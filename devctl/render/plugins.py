@@ -1,0 +1,32 @@
+"""`devctl plugins` as a table."""
+
+from __future__ import annotations
+
+from devctl.render.console import out, table_box
+
+
+def render_plugins(plugins: list) -> None:
+    from rich.table import Table
+
+    console = out()
+    if not plugins:
+        console.print("No JAX plugins installed and PJRT_NAMES_AND_LIBRARY_PATHS is not set: JAX has its built-in CPU backend only.", markup=False)
+        return
+    table = Table(box=table_box(), pad_edge=False)
+    for col in ("name", "source", "package", "library", "PJRT API", "attributes", "status"):
+        table.add_column(col, overflow="fold")
+    for p in plugins:
+        package = f"{p.distribution} {p.distribution_version or ''}".strip() if p.distribution else "-"
+        attrs = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(p.attributes.items())) or "-"
+        status = p.status.value + (f": {p.error}" if p.error else "")
+        table.add_row(p.name, p.source.value, package, p.library_path or "-", str(p.pjrt_api_version or "-"), attrs, status)
+    console.print(table)
+    for p in plugins:
+        for note in p.notes:
+            console.print(f"{p.name}: {note}", markup=False)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, list):
+        return ".".join(str(x) for x in v)
+    return str(v)

@@ -1,0 +1,115 @@
+"""The command line as a user meets it: help, version, exit codes, one-line errors, fast start, completions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, assert_usage_error, devctl_env, run_devctl
+
+HEAVY = ("jax", "jaxlib", "numpy", "pynvml")
+
+
+def _imported_modules(env_extra: dict[str, str], *args: str) -> set[str]:
+    """Modules a fresh interpreter has imported after running devctl with `args` (exit is intercepted)."""
+    code = (
+        "import sys, atexit\n"
+        "atexit.register(lambda: sys.__stderr__.write('MODULES:' + ','.join(sorted(sys.modules)) + '\\n'))\n"
+        "sys.argv = ['devctl'] + sys.argv[1:]\n"
+        "from devctl.cli.app import main\n"
+        "main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, *args], env=devctl_env(**env_extra), capture_output=True, text=True, timeout=60)
+    line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("MODULES:"))
+    return set(line[len("MODULES:") :].split(","))
+
+
+@pytest.mark.parametrize("args", [["--help"], ["list", "--help"], ["bench", "--help"], ["--version"]])
+def test_help_imports_nothing_heavy(args):
+    modules = _imported_modules({}, *args)
+    loaded = sorted(m for m in modules if m.split(".")[0] in HEAVY)
+    assert not loaded, f"`devctl {' '.join(args)}` imported {loaded[:5]}"
+
+
+def test_completion_request_imports_nothing_heavy():
+    env = {"_DEVCTL_COMPLETE": "complete_bash", "COMP_WORDS": "devctl li", "COMP_CWORD": "1"}
+    modules = _imported_modules(env)
+    assert not [m for m in modules if m.split(".")[0] in HEAVY]
+
+
+def test_completion_answers_commands():
+    env = devctl_env(_DEVCTL_COMPLETE="complete_bash", COMP_WORDS="devctl pl", COMP_CWORD="1")
+    proc = run_devctl(env=env)
+    assert proc.stdout.split() == ["plugins"]
+
+
+def test_completion_scripts_are_current():
+    from devctl.cli.completions import stale
+
+    diffs = stale(ROOT / "completions")
+    assert not diffs, "".join(diffs) + "\nRun `python -m devctl.cli.completions --update` and commit completions/."
+
+
+def test_version():
+    from devctl import __version__
+
+    proc = run_devctl("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"devctl {__version__}"
+
+
+def test_no_arguments_shows_help_as_usage_error():
+    proc = run_devctl()
+    assert "list" in proc.stdout + proc.stderr
+    assert proc.returncode in (0, 2)
+
+
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        (["list", "--timeout", "0"], ["--timeout", "0"]),
+        (["list", "--timeout", "-3"], ["--timeout", "-3"]),
+        (["list", "--timeout", "61"], ["--timeout", "61"]),
+        (["list", "--timeout", "soon"], ["--timeout", "soon"]),
+        (["list", "--platform", "quantum"], ["quantum", "cpu"]),
+        (["list", "--host-root", "/does/not/exist"], ["/does/not/exist"]),
+        (["list", "--bogus"], ["--bogus"]),
+        (["frobnicate"], ["frobnicate"]),
+        (["plugins", "--timeout", "0"], ["--timeout"]),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, needles):
+    assert_usage_error(run_devctl(*args), *needles)
+
+
+def test_malformed_timeout_env_value_is_one_line_exit_2():
+    proc = run_devctl("list", env=devctl_env(DEVCTL_TIMEOUT="forever"))
+    assert_usage_error(proc, "forever")
+
+
+def test_unwritable_stdout_is_not_a_traceback(tmp_path):
+    # A closed pipe (`devctl env | head -0`) must not print a traceback.
+    proc = subprocess.run(
+        f"{sys.executable} -m devctl env | head -c 0",
+        shell=True, env=devctl_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "Traceback" not in proc.stderr
+
+
+def test_debug_env_shows_traceback():
+    proc = run_devctl("list", "--timeout", "0", env=devctl_env(DEVCTL_DEBUG="1"))
+    assert "Traceback" in proc.stderr
+
+
+def test_python_api_inventory_matches_list_json():
+    code = "import json, devctl; from devctl.model import to_jsonable; print(json.dumps(to_jsonable(devctl.inventory())))"
+    proc = subprocess.run([sys.executable, "-c", code], env=devctl_env(devices=3), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    from conftest import validate_schema
+
+    doc = json.loads(proc.stdout)
+    validate_schema(doc, "list")
+    assert len([d for d in doc["devices"] if d["platform"] == "cpu"]) == 3

@@ -1,0 +1,187 @@
+"""`devctl list`, `devctl plugins` and `devctl env` end to end, on real CPU JAX and on host trees."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import devctl_env, run_devctl, run_json, validate_schema
+from hosttrees import amd_host, base_host, nvidia_host, tpu_v4_host, tpu_v5e_host
+
+
+def test_list_json_has_every_cpu_device_and_validates():
+    doc = run_json("list", env=devctl_env(devices=4))
+    validate_schema(doc, "list")
+    cpu = [d for d in doc["devices"] if d["platform"] == "cpu"]
+    assert sorted(d["id"] for d in cpu) == [0, 1, 2, 3]
+    assert all(d["process_index"] == 0 and d["device_kind"] == "cpu" for d in cpu)
+    assert "device" in cpu[0]["memory_kinds"] and cpu[0]["default_memory_kind"] == "device"
+    backend = next(b for b in doc["backends"] if b["platform"] == "cpu")
+    assert backend["status"] == "ok" and backend["device_count"] == 4
+    assert doc["default_platform"] == "cpu"
+    assert doc["host"]["memory_total_bytes"] > 0
+
+
+def test_list_table_groups_devices_and_is_plain_off_a_terminal():
+    proc = run_devctl("list", env=devctl_env(devices=2))
+    assert proc.returncode == 0, proc.stderr
+    assert "cpu: 2 device(s)" in proc.stdout
+    assert "\x1b[" not in proc.stdout  # no colour codes into a pipe
+    assert "─" not in proc.stdout and "│" not in proc.stdout  # no box drawing off a terminal
+
+
+def test_platform_filter_limits_backends():
+    doc = run_json("list", "--platform", "cpu", env=devctl_env(devices=2))
+    assert [b["platform"] for b in doc["backends"]] == ["cpu"]
+
+
+def test_platform_not_installed_is_reported_not_crashed():
+    doc = run_json("list", "--platform", "rocm", env=devctl_env(devices=2))
+    rocm = next(b for b in doc["backends"] if b["platform"] == "rocm")
+    assert rocm["status"] == "skipped"
+    assert "installed" in rocm["error"]
+    assert doc["devices"] == []
+
+
+def test_jax_platforms_env_is_honoured():
+    doc = run_json("list", env=devctl_env(devices=2, JAX_PLATFORMS="cpu"))
+    assert [b["platform"] for b in doc["backends"]] == ["cpu"]
+
+
+def test_probe_does_not_preallocate_unless_asked(tmp_path):
+    script = tmp_path / "echo_env.py"
+    script.write_text("import os; print(os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE'))")
+    from devctl.probe.runner import child_env
+
+    assert child_env()["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true"
+    try:
+        assert child_env()["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+    finally:
+        del os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"]
+
+
+def _unused(doc: dict, kind: str) -> list[dict]:
+    return [u for u in doc["unused_accelerators"] if u["kind"] == kind]
+
+
+def test_host_root_tpu_v5e_chips_listed_as_unused_with_holder(tmp_path):
+    host = tpu_v5e_host(tmp_path, chips=4)
+    host.process(4242, ["python3", "train.py"], fds={7: "/dev/vfio/5"})
+    doc = run_json("list", "--host-root", str(host.path), env=devctl_env(devices=1))
+    validate_schema(doc, "list")
+    chips = _unused(doc, "tpu-chip")
+    assert len(chips) == 4 and all(c["name"] == "TPU v5e" for c in chips)
+    held = [c for c in chips if "4242" in c["reason"]]
+    assert len(held) == 1 and "train.py" in held[0]["reason"]
+    tpu = next(b for b in doc["backends"] if b["platform"] == "tpu")
+    assert tpu["status"] == "failed"  # chips are present, so JAX's quiet TPU failure is a real one
+
+
+def test_host_root_tpu_v4_without_libtpu_says_install_it(tmp_path):
+    host = tpu_v4_host(tmp_path, chips=4)
+    doc = run_json("list", "--host-root", str(host.path), env=devctl_env(devices=1))
+    chips = _unused(doc, "tpu-chip")
+    assert len(chips) == 4
+    assert all("libtpu" in c["reason"] or "tpu" in c["reason"] for c in chips)
+
+
+def test_host_root_nvidia_gpus_shown_when_jax_is_cpu_only(tmp_path):
+    host = nvidia_host(tmp_path, gpus=8)
+    doc = run_json("list", "--host-root", str(host.path), env=devctl_env(devices=1))
+    gpus = _unused(doc, "nvidia-gpu")
+    assert len(gpus) == 8  # the NVSwitch is not a GPU
+    assert all("jax[cuda" in g["reason"] for g in gpus)
+    proc = run_devctl("list", "--host-root", str(host.path), env=devctl_env(devices=1))
+    assert "accelerators on this machine that JAX is not using" in proc.stdout
+
+
+def test_host_root_nvidia_without_device_nodes_points_at_the_container(tmp_path):
+    host = nvidia_host(tmp_path, gpus=2, nodes=False)
+    doc = run_json("list", "--host-root", str(host.path), env=devctl_env(devices=1))
+    assert all("--gpus all" in g["reason"] for g in _unused(doc, "nvidia-gpu"))
+
+
+def test_host_root_amd_gpus_listed_as_unused(tmp_path):
+    host = amd_host(tmp_path, gpus=2)
+    doc = run_json("list", "--host-root", str(host.path), env=devctl_env(devices=1))
+    assert len(_unused(doc, "amd-gpu")) == 2
+
+
+def test_host_root_plain_host_has_nothing_unused(tmp_path):
+    host = base_host(tmp_path)
+    doc = run_json("list", "--host-root", str(host.path), env=devctl_env(devices=1))
+    assert doc["unused_accelerators"] == []
+    assert doc["host"]["numa_nodes"] == [0, 1]
+
+
+# ------------------------------------------------------------------ plugins
+
+
+def test_plugins_json_with_a_real_pjrt_library(pjrt_libs, tmp_path):
+    env = devctl_env(PJRT_NAMES_AND_LIBRARY_PATHS=f"fakegpu{os.pathsep}{pjrt_libs['good']},broken{os.pathsep}/nope.so")
+    doc = run_json("plugins", env=env)
+    validate_schema(doc, "plugins")
+    by_name = {p["name"]: p for p in doc["plugins"]}
+    assert by_name["fakegpu"]["pjrt_api_version"] == {"major": 0, "minor": 54}
+    assert by_name["fakegpu"]["attributes"]["xla_version"] == 2
+    assert by_name["broken"]["status"] == "file missing"
+
+
+def test_plugins_crashing_library_is_named_not_fatal(pjrt_libs):
+    env = devctl_env(PJRT_NAMES_AND_LIBRARY_PATHS=f"bad{os.pathsep}{pjrt_libs['segfault']}")
+    doc = run_json("plugins", env=env)
+    bad = doc["plugins"][0]
+    assert bad["status"] == "crashed" and "SIGSEGV" in bad["error"]
+
+
+def test_plugins_table_without_plugins_says_so():
+    proc = run_devctl("plugins", env=devctl_env())
+    assert proc.returncode == 0
+    assert "No JAX plugins" in proc.stdout or "name" in proc.stdout
+
+
+def test_list_includes_plugin_reports(pjrt_libs):
+    env = devctl_env(devices=1, PJRT_NAMES_AND_LIBRARY_PATHS=f"fakegpu{os.pathsep}{pjrt_libs['good']}")
+    doc = run_json("list", env=env)
+    assert [p["name"] for p in doc["plugins"]] == ["fakegpu"]
+    # JAX itself then fails to create a client from the fake library: named, CPU still listed.
+    fake = next(b for b in doc["backends"] if b["platform"] == "fakegpu")
+    assert fake["status"] in ("failed", "crashed")
+    assert [d for d in doc["devices"] if d["platform"] == "cpu"]
+
+
+# ---------------------------------------------------------------------- env
+
+
+def test_env_json_explains_variables_and_validates():
+    env = devctl_env(XLA_PYTHON_CLIENT_MEM_FRACTION="1.5", XLA_PYTHON_CLIENT_ALLOCATOR="bogus", JAX_CUDA_VISIBLE_DEVICES="0")
+    doc = run_json("env", env=env)
+    validate_schema(doc, "env")
+    by_name = {e["name"]: e for e in doc["env"]}
+    assert "outside (0, 1]" in by_name["XLA_PYTHON_CLIENT_MEM_FRACTION"]["problem"]
+    assert "must be one of" in by_name["XLA_PYTHON_CLIENT_ALLOCATOR"]["problem"]
+    assert "no effect" in by_name["JAX_CUDA_VISIBLE_DEVICES"]["problem"]
+    assert {p["name"] for p in doc["packages"]} >= {"jax", "jaxlib"}
+
+
+def test_env_does_not_import_jax():
+    import subprocess
+    import sys
+
+    code = "import sys; sys.argv=['devctl','env','--json']\nfrom devctl.cli.app import main\ntry:\n    main()\nexcept SystemExit:\n    pass\nassert 'jax' not in sys.modules and 'jaxlib' not in sys.modules, 'env imported jax'\n"
+    proc = subprocess.run([sys.executable, "-c", code], env=devctl_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    json.loads(proc.stdout)
+
+
+def test_env_reports_version_skew_from_real_metadata(tmp_path):
+    # A site directory whose jaxlib metadata is older than jax allows, ahead of the real one on sys.path.
+    dist = tmp_path / "jaxlib-0.0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: jaxlib\nVersion: 0.0.1\n")
+    env = devctl_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{devctl_env()['PYTHONPATH']}")
+    doc = run_json("env", env=env)
+    messages = [f["message"] for f in doc["findings"]]
+    assert any("jaxlib is version 0.0.1" in m for m in messages), messages
