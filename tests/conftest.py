@@ -70,3 +70,25 @@ def cpu_env():
 
 
 from pjrt_fixtures import pjrt_libs  # noqa: E402,F401  (session fixture: real PJRT libraries built with cc)
+
+
+def _has_nvidia_gpu() -> bool:
+    from devctl.discovery.nvidia import nvml_report
+
+    return bool(nvml_report().gpus)
+
+
+def pytest_runtest_setup(item):
+    # Tests marked `gpu` need a real NVIDIA GPU and driver; everywhere else they are skipped, not faked.
+    if item.get_closest_marker("gpu") and not _gpu_present():
+        pytest.skip("needs a real NVIDIA GPU with NVML (run `pytest -m gpu` on a GPU machine)")
+
+
+_GPU = None
+
+
+def _gpu_present() -> bool:
+    global _GPU
+    if _GPU is None:
+        _GPU = _has_nvidia_gpu()
+    return _GPU

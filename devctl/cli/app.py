@@ -37,11 +37,12 @@ def _root(
 
 
 def _register() -> None:
-    from devctl.cli import bench, env, inventory, plugins
+    from devctl.cli import bench, env, inventory, memstats, plugins
 
     app.command("list")(inventory.list_devices)
     app.command("plugins")(plugins.plugins)
     app.command("env")(env.env)
+    app.command("memstats")(memstats.memstats)
     app.add_typer(bench.bench_app, name="bench")
 
 

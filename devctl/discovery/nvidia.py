@@ -9,6 +9,7 @@ metadata, not from loading libcudart.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import re
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devctl.hostroot import HostRoot
-from devctl.model.hardware import CudaWheel, Finding, NvidiaGpu, NvmlReport, PciFunction
+from devctl.model.hardware import CudaWheel, Finding, GpuProcess, NvidiaGpu, NvmlReport, PciFunction
 
 NVIDIA_PCI_VENDOR_ID = "0x10de"
 # jax/_src/hardware_utils.py _NVIDIA_GPU_DEVICES: nvidiactl covers Docker/Kubernetes, dxg WSL2.
@@ -102,10 +103,37 @@ def normalize_pci_bus_id(bus_id: str | bytes | None) -> str | None:
 # --- NVML -----------------------------------------------------------------
 
 _NVML_LOCK = threading.Lock()  # nvmlInit/nvmlShutdown are refcounted; keep a report's pair together
+_session_depth = 0  # >0 inside nvml_session(): NVML stays initialized between reports
 
 
-def nvml_report() -> NvmlReport:
-    """Driver and per-GPU facts from NVML; never raises for a missing library or driver."""
+@contextlib.contextmanager
+def nvml_session():
+    """Keep NVML initialized across several reports: a watch loop then pays nvmlInit once, not every sample."""
+    global _session_depth
+    pynvml = None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver: each report will say why
+        pynvml = None
+    _session_depth += pynvml is not None
+    try:
+        yield
+    finally:
+        if pynvml is not None:
+            _session_depth -= 1
+            try:
+                pynvml.nvmlShutdown()
+            except Exception:
+                pass
+
+
+def nvml_report(*, processes: bool = False) -> NvmlReport:
+    """Driver and per-GPU facts from NVML; never raises for a missing library or driver.
+
+    With `processes`, every process using each GPU, as NVML reports it.
+    """
     try:
         import pynvml
     except ImportError as e:
@@ -121,7 +149,7 @@ def nvml_report() -> NvmlReport:
             status = "unavailable" if _is_absent_driver(pynvml, e) else "error"
             return _without_nvml(status, _init_reason(pynvml, e))
         try:
-            return _report(pynvml)
+            return _report(pynvml, processes)
         finally:
             try:
                 pynvml.nvmlShutdown()
@@ -194,7 +222,7 @@ class _Fields:
         return value
 
 
-def _report(pynvml: Any) -> NvmlReport:
+def _report(pynvml: Any, processes: bool = False) -> NvmlReport:
     top = _Fields()
     driver = top.get("driver_version", pynvml.nvmlSystemGetDriverVersion)
     cuda, reason = _query("nvmlSystemGetCudaDriverVersion_v2")
@@ -204,6 +232,9 @@ def _report(pynvml: Any) -> NvmlReport:
         top.unavailable["cuda_driver_version"] = reason or "unknown"
     count = top.get("gpus", pynvml.nvmlDeviceGetCount)
     gpus = tuple(_gpu(pynvml, i) for i in range(count or 0))
+    procs: tuple[GpuProcess, ...] = ()
+    if processes:
+        procs = tuple(p for g in gpus for p in _gpu_processes(pynvml, g, top))
     return NvmlReport(
         status="ok",
         reason=None,
@@ -212,7 +243,42 @@ def _report(pynvml: Any) -> NvmlReport:
         cuda_driver_version_str=format_cuda_version(cuda),
         gpus=gpus,
         unavailable=top.unavailable,
+        processes=procs,
     )
+
+
+def _gpu_processes(pynvml: Any, gpu: NvidiaGpu, top: _Fields) -> list[GpuProcess]:
+    """Compute and graphics processes on one GPU, each with its user and command when its pid is ours to see."""
+    handle, reason = _query(pynvml.nvmlDeviceGetHandleByIndex, gpu.index)
+    if handle is None:
+        top.unavailable[f"processes[{gpu.index}]"] = reason or "unknown"
+        return []
+    out: dict[int, GpuProcess] = {}
+    for kind, fn in (("compute", "nvmlDeviceGetComputeRunningProcesses"), ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
+        infos, reason = _query(fn, handle)
+        if infos is None:
+            top.unavailable[f"processes[{gpu.index}].{kind}"] = reason or "unknown"
+            continue
+        for info in infos:
+            if info.pid in out:
+                continue
+            used = getattr(info, "usedGpuMemory", None)
+            # NVML_VALUE_NOT_AVAILABLE (ULL max) when the driver cannot attribute memory (e.g. inside some containers).
+            used = None if used is None or used >= (1 << 63) else int(used)
+            out[info.pid] = _process(gpu, info.pid, used, kind)
+    return list(out.values())
+
+
+def _process(gpu: NvidiaGpu, pid: int, used: int | None, kind: str) -> GpuProcess:
+    from devctl.discovery.procs import process_ref
+    from devctl.hostroot import HostRoot
+
+    root = HostRoot("/")
+    if not root.exists(f"/proc/{pid}"):
+        # NVML reports pids of the host's pid namespace; inside a container they point nowhere.
+        return GpuProcess(gpu.index, gpu.uuid, pid, used, kind, None, None, False)
+    ref = process_ref(root, pid)
+    return GpuProcess(gpu.index, gpu.uuid, pid, used, kind, ref.user, ref.command, True)
 
 
 def format_cuda_version(version: int | None) -> str | None:

@@ -176,6 +176,20 @@ class NvidiaGpu:
 
 
 @dataclass(frozen=True)
+class GpuProcess:
+    """A process NVML says is using a GPU."""
+
+    gpu_index: int
+    gpu_uuid: str | None
+    pid: int  # as NVML gives it: the host's pid namespace
+    used_memory_bytes: int | None  # None: the driver cannot attribute memory to it
+    kind: str  # "compute" | "graphics"
+    user: str | None
+    command: str | None
+    pid_visible: bool  # False: no such pid here (a container's pid namespace), so user and command are unknown
+
+
+@dataclass(frozen=True)
 class NvmlReport:
     status: str  # "ok" | "unavailable" (no library or driver: a normal state) | "error"
     reason: str | None
@@ -184,6 +198,7 @@ class NvmlReport:
     cuda_driver_version_str: str | None  # e.g. "12.4"
     gpus: tuple[NvidiaGpu, ...]
     unavailable: dict[str, str] = field(default_factory=dict)
+    processes: tuple[GpuProcess, ...] = ()  # filled only when asked for (memstats)
 
 
 @dataclass(frozen=True)

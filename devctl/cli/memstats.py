@@ -1,0 +1,125 @@
+"""`devctl memstats`: device memory as the allocator, the driver and the host see it; `--watch` keeps it live."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Optional
+
+import typer
+
+from devctl.cli.options import HostRootOpt, JsonOpt, TimeoutOpt, check_host_root, check_timeout
+from devctl.errors import UsageError
+
+MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
+
+
+def memstats(
+    json_out: JsonOpt = False,
+    device: Annotated[Optional[list[str]], typer.Option("--device", "-d", metavar="ID", help="Only this device: a JAX id (0) or platform:id (cuda:1, tpu-chip:0). Repeatable.")] = None,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every --interval seconds until Ctrl-C or --count.")] = False,
+    interval: Annotated[str, typer.Option("--interval", "-n", metavar="SECONDS", help="Seconds between refreshes with --watch (default 1).")] = "1",
+    count: Annotated[Optional[str], typer.Option("--count", "-c", metavar="N", help="Stop after N refreshes.")] = None,
+    timeout: TimeoutOpt = None,
+    host_root: HostRootOpt = "/",
+) -> None:
+    """Device memory: the allocator view (memory_stats), the driver view (NVML), the host view, and running jobs' own views."""
+    from devctl.memstats import parse_device_filter
+
+    interval_s = _interval(interval)
+    samples = _count(count)
+    if samples is not None and not watch:
+        watch = True
+    device_filter = parse_device_filter(device)
+    timeout_s = check_timeout(timeout)
+    root = check_host_root(host_root)
+
+    from devctl.memstats import MemstatsSampler
+
+    sampler = MemstatsSampler(device_filter=device_filter, timeout_s=timeout_s, host_root=root)
+    first = sampler.first()
+    if not watch:
+        _print_once(first, json_out)
+        return
+    _watch(sampler, first, interval_s, samples, json_out)
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (MIN_INTERVAL_S <= value <= MAX_INTERVAL_S):
+        raise UsageError(f"--interval must be between {MIN_INTERVAL_S:g} and {MAX_INTERVAL_S:g} seconds, got {text!r}")
+    return value
+
+
+def _count(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise UsageError(f"--count must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def _print_once(snapshot, json_out: bool) -> None:
+    from devctl.model import to_jsonable
+
+    if json_out:
+        from devctl.render.console import print_json
+
+        print_json(to_jsonable(snapshot))
+    else:
+        from devctl.render.memstats import render_snapshot
+
+        render_snapshot(snapshot)
+
+
+def _watch(sampler, first, interval_s: float, samples: int | None, json_out: bool) -> None:
+    from devctl.discovery.nvidia import nvml_session
+    from devctl.model import to_jsonable
+    from devctl.render.console import out, print_json_line, stdout_is_terminal
+    from devctl.render.memstats import WatchView, render_snapshot
+
+    view = WatchView()
+    live = None
+    if not json_out and stdout_is_terminal():
+        from rich.live import Live
+
+        live = Live(console=out(), auto_refresh=False, transient=False)
+    n = 0
+    next_at = time.monotonic()
+    snapshot = first
+    with nvml_session():
+        if live is not None:
+            live.start()
+        try:
+            while True:
+                n += 1
+                view.add(snapshot)
+                if json_out:
+                    print_json_line(to_jsonable(snapshot))
+                elif live is not None:
+                    live.update(view.renderable(snapshot, interval_s, n), refresh=True)
+                else:
+                    render_snapshot(snapshot)
+                    out().print("")
+                if samples is not None and n >= samples:
+                    break
+                next_at += interval_s
+                time.sleep(max(0.0, next_at - time.monotonic()))
+                snapshot = _safe_sample(sampler, snapshot)
+        finally:
+            if live is not None:
+                live.stop()  # restores the cursor, also on Ctrl-C
+
+
+def _safe_sample(sampler, previous):
+    """A transient fault (NVML hiccup, a GPU lost, a file vanishing mid-read) becomes a problem line; the watch goes on."""
+    import dataclasses
+
+    try:
+        return sampler.sample()
+    except (UsageError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        return dataclasses.replace(previous, timestamp=time.time(), problems=[f"sample failed: {type(e).__name__}: {e}"])

@@ -1,0 +1,223 @@
+"""Assemble `devctl memstats`: one probe for the allocator view, then cheap samples of NVML, publishers and the host.
+
+The first snapshot initializes JAX in a child (what a new process would get:
+`bytes_limit`); later samples in `--watch` reread only NVML, the publishers'
+snapshot files and /proc, so a refresh costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from devctl.errors import UsageError
+from devctl.hostroot import HostRoot
+from devctl.model.memstats import SCHEMA, Headroom, HostMemory, MemDevice, MemProcess, MemSnapshot
+
+
+def parse_device_filter(values: list[str] | None) -> list[str] | None:
+    """'0' (a JAX device id) or 'platform:id' (cuda:1, tpu-chip:0, nvml:3), checked before anything runs."""
+    if not values:
+        return None
+    out = []
+    for value in (v.strip() for item in values for v in item.split(",")):
+        platform, _, ident = value.rpartition(":")
+        if not ident.isdigit() or (platform and not platform.replace("-", "").isalnum()):
+            raise UsageError(f"--device {value!r} is not a device id; use a JAX device id (0) or platform:id (cuda:1, tpu-chip:0)")
+        out.append(value)
+    return out
+
+
+class MemstatsSampler:
+    def __init__(self, *, device_filter: list[str] | None, timeout_s: float, host_root: str = "/", publisher_dir: str | None = None):
+        self.filter = device_filter
+        self.timeout_s = timeout_s
+        self.root = HostRoot(host_root)
+        self.publisher_dir = publisher_dir
+        self.probe = None
+        self.tpu = None
+
+    def first(self) -> MemSnapshot:
+        """The full snapshot: probe JAX once, then everything else."""
+        from devctl.discovery import tpu
+        from devctl.discovery.publishers import read_publishers
+        from devctl.probe.backends import probe_backends
+
+        read_publishers(self.publisher_dir, remove_stale=False)  # a bad snapshot directory is bad input: fail before probing
+        self.tpu = tpu.tpu_info(self.root)
+        platforms = None
+        held = [c for c in self.tpu.chips if c.holders]
+        if held:
+            # Never race a running job for its TPU: libtpu allows one owner, and a job starting now would fail.
+            platforms = ["cpu", "cuda", "rocm"]
+        self.probe = probe_backends(platforms, timeout_s=self.timeout_s)
+        snapshot = self.sample()
+        self._check_filter(snapshot)
+        return snapshot
+
+    def sample(self) -> MemSnapshot:
+        from devctl.discovery.host import host_info
+        from devctl.discovery.nvidia import normalize_pci_bus_id, nvml_report
+        from devctl.discovery.publishers import read_publishers
+
+        problems: list[str] = []
+        notes: list[str] = []
+        nvml = nvml_report(processes=True) if self.root.is_real else None
+        if nvml is not None and nvml.status == "error":
+            problems.append(f"NVML: {nvml.reason}")
+        gpus = {normalize_pci_bus_id(g.pci_bus_id): g for g in (nvml.gpus if nvml else ()) if g.pci_bus_id}
+        devices: list[MemDevice] = []
+        key_of_gpu: dict[int, str] = {}
+        for d in self.probe.devices:
+            key = f"{d.platform}:{d.id}"
+            bus_id = d.attributes.get("pci_bus_id")
+            gpu = gpus.pop(normalize_pci_bus_id(bus_id), None) if bus_id else None
+            if gpu is not None:
+                key_of_gpu[gpu.index] = key
+            devices.append(_jax_device(key, d, gpu))
+        for gpu in gpus.values():
+            key_of_gpu[gpu.index] = f"nvml:{gpu.index}"
+            devices.append(_nvml_device(gpu))
+        for chip in self.tpu.chips if self.tpu else ():
+            devices.append(_tpu_chip(chip))
+        for g in nvml.gpus if nvml else ():
+            if g.unavailable.get("memory_total_bytes"):
+                problems.append(f"GPU {g.index}: {g.unavailable['memory_total_bytes']}")
+
+        try:
+            publishers = read_publishers(self.publisher_dir)
+        except UsageError as e:  # the directory changed hands under a running watch
+            problems.append(str(e))
+            publishers = None
+        processes = _processes(nvml, key_of_gpu, publishers, self.tpu)
+        if nvml is not None and any(not p.pid_visible for p in nvml.processes):
+            notes.append("NVML reports pids of the host's pid namespace; pids not visible here (a container) have no user or command")
+        for problem in publishers.problems if publishers else ():
+            problems.append(f"{problem.path}: {problem.reason}")
+
+        if self.filter:
+            devices = [d for d in devices if _matches(d, self.filter)]
+            keys = {d.key for d in devices}
+            processes = [p for p in processes if p.device in keys]
+        host = host_info(self.root)
+        return MemSnapshot(
+            schema=SCHEMA,
+            timestamp=time.time(),
+            hostname=socket.gethostname(),
+            devices=devices,
+            processes=processes,
+            publishers=list(publishers.publishers) if publishers else [],
+            headroom=headroom(devices, processes),
+            host=_host_memory(host),
+            problems=problems,
+            notes=notes,
+        )
+
+    def _check_filter(self, snapshot: MemSnapshot) -> None:
+        if not self.filter:
+            return
+        known = [d.key for d in snapshot.devices]
+        for wanted in self.filter:
+            if not any(_matches_one(key, wanted) for key in known):
+                raise UsageError(f"--device {wanted!r} matches no device; devices here: {', '.join(known) or 'none'}")
+
+
+def _matches(d: MemDevice, wanted: list[str]) -> bool:
+    return any(_matches_one(d.key, w) for w in wanted)
+
+
+def _matches_one(key: str, wanted: str) -> bool:
+    if ":" in wanted:
+        return key == wanted
+    platform, _, ident = key.partition(":")
+    return platform not in ("nvml", "tpu-chip") and ident == wanted
+
+
+def _stat(stats: dict | None, name: str) -> int | None:
+    value = (stats or {}).get(name)
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def _headroom(stats: dict | None) -> int | None:
+    limit, peak = _stat(stats, "bytes_limit"), _stat(stats, "peak_bytes_in_use")
+    return limit - peak if limit is not None and peak is not None else None
+
+
+def _driver(gpu) -> dict:
+    return {
+        "index": gpu.index,
+        "uuid": gpu.uuid,
+        "name": gpu.name,
+        "total_bytes": gpu.memory_total_bytes,
+        "used_bytes": gpu.memory_used_bytes,
+        "free_bytes": gpu.memory_free_bytes,
+    }
+
+
+def _jax_device(key: str, d, gpu) -> MemDevice:
+    stats = d.memory_stats
+    return MemDevice(
+        key=key, source="jax", platform=d.platform, id=d.id, device_kind=d.device_kind,
+        memory_stats=stats, bytes_limit=_stat(stats, "bytes_limit"), peak_bytes_in_use=_stat(stats, "peak_bytes_in_use"),
+        headroom_bytes=_headroom(stats), driver=_driver(gpu) if gpu else None, hbm_bytes=None,
+        status="ok" if stats is not None else "memory_stats() not implemented by this backend",
+    )  # fmt: skip
+
+
+def _nvml_device(gpu) -> MemDevice:
+    return MemDevice(
+        key=f"nvml:{gpu.index}", source="nvml", platform="nvidia", id=None, device_kind=gpu.name or "NVIDIA GPU",
+        memory_stats=None, bytes_limit=None, peak_bytes_in_use=None, headroom_bytes=None, driver=_driver(gpu),
+        hbm_bytes=None, status="not used by JAX here (see devctl list)" if not gpu.unavailable.get("memory_total_bytes") else gpu.unavailable["memory_total_bytes"],
+    )  # fmt: skip
+
+
+def _tpu_chip(chip) -> MemDevice:
+    holders = [{"pid": p.pid, "user": p.user, "command": p.command} for p in chip.holders]
+    return MemDevice(
+        key=f"tpu-chip:{chip.index}", source="tpu-pci", platform="tpu", id=None, device_kind=f"TPU {chip.version}",
+        memory_stats=None, bytes_limit=None, peak_bytes_in_use=None, headroom_bytes=None, driver=None,
+        hbm_bytes=chip.hbm_bytes, holders=holders, status="held" if holders else "free",
+    )  # fmt: skip
+
+
+def _processes(nvml, key_of_gpu: dict[int, str], publishers, tpu) -> list[MemProcess]:
+    out: list[MemProcess] = []
+    for p in nvml.processes if nvml else ():
+        out.append(
+            MemProcess(
+                pid=p.pid, source="nvml", user=p.user, command=p.command, device=key_of_gpu.get(p.gpu_index, f"nvml:{p.gpu_index}"),
+                used_bytes=p.used_memory_bytes, pid_visible=p.pid_visible,
+            )
+        )  # fmt: skip
+    for pub in publishers.publishers if publishers else ():
+        command = " ".join(pub.command)
+        for d in pub.devices:
+            out.append(
+                MemProcess(
+                    pid=pub.pid, source="publisher", user=None, command=command, device=f"{d.platform}:{d.id}",
+                    used_bytes=d.live_bytes, memory_stats=d.memory_stats, live_arrays=d.live_arrays,
+                    headroom_bytes=_headroom(d.memory_stats),
+                )
+            )  # fmt: skip
+    for chip in tpu.chips if tpu else ():
+        for h in chip.holders:
+            out.append(MemProcess(pid=h.pid, source="tpu", user=h.user, command=h.command, device=f"tpu-chip:{chip.index}", used_bytes=None))
+    return out
+
+
+def headroom(devices: list[MemDevice], processes: list[MemProcess]) -> Headroom:
+    """Minimum of bytes_limit - peak_bytes_in_use over devices and over the publishing jobs' devices."""
+    candidates = [(d.headroom_bytes, d.key) for d in devices if d.headroom_bytes is not None]
+    candidates += [(p.headroom_bytes, f"{p.device} (pid {p.pid})") for p in processes if p.headroom_bytes is not None]
+    if not candidates:
+        return Headroom(None, None, None, "no device reports bytes_limit and peak_bytes_in_use (CPU has no allocator statistics)")
+    value, where = min(candidates)
+    return Headroom(value, where, value // 3)
+
+
+def _host_memory(h) -> HostMemory:
+    used = h.memory_total_bytes - h.memory_available_bytes if h.memory_total_bytes is not None and h.memory_available_bytes is not None else None
+    swap_used = h.swap_total_bytes - h.swap_free_bytes if h.swap_total_bytes is not None and h.swap_free_bytes is not None else None
+    shm_used = h.shm_total_bytes - h.shm_free_bytes if h.shm_total_bytes is not None and h.shm_free_bytes is not None else None
+    return HostMemory(h.memory_total_bytes, h.memory_available_bytes, used, h.swap_total_bytes, swap_used, h.shm_total_bytes, shm_used)

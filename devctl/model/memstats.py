@@ -1,0 +1,80 @@
+"""`devctl memstats`: the allocator view, the driver view and the host view of device memory, side by side."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA = "devctl.memstats/1"
+
+
+@dataclass(frozen=True)
+class MemDevice:
+    """One device with every view devctl has of its memory."""
+
+    key: str  # "cpu:0", "cuda:1", "nvml:3" (a GPU JAX does not use), "tpu-chip:0"
+    source: str  # "jax" (the probe's fresh client), "nvml" or "tpu-pci"
+    platform: str
+    id: int | None  # JAX device id; None for hardware JAX does not use
+    device_kind: str
+    # Allocator view of a fresh JAX client: bytes_limit is what a new JAX process would get right now.
+    memory_stats: dict[str, int | None] | None
+    bytes_limit: int | None
+    peak_bytes_in_use: int | None
+    headroom_bytes: int | None  # bytes_limit - peak_bytes_in_use
+    driver: dict[str, Any] | None  # NVML: index, uuid, total_bytes, used_bytes, free_bytes
+    hbm_bytes: int | None  # TPU chip table
+    holders: list[dict] = field(default_factory=list)  # processes holding a TPU chip: pid, user, command
+    status: str = "ok"  # or why a view is missing right now (a lost GPU, an NVML error)
+
+
+@dataclass(frozen=True)
+class MemProcess:
+    """A process that holds device memory, from NVML, a publisher or a TPU device path."""
+
+    pid: int
+    source: str  # "nvml", "publisher" or "tpu"
+    user: str | None
+    command: str | None
+    device: str  # the MemDevice key
+    used_bytes: int | None  # NVML's per-process memory, or the publisher's live array bytes
+    pid_visible: bool = True
+    # From a publisher: the job's own allocator view of that device.
+    memory_stats: dict[str, int | None] | None = None
+    live_arrays: int | None = None
+    headroom_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """The working-memory threshold pipeline-parallel frameworks compute before resharding."""
+
+    min_bytes: int | None  # min over devices (and publishers) of bytes_limit - peak_bytes_in_use
+    where: str | None  # the device key (and pid) where the minimum occurs
+    third_of_min_bytes: int | None  # one such framework's working-memory budget: a third of the minimum
+    reason: str | None = None  # why it is unknown (no backend reports bytes_limit, e.g. CPU)
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    total_bytes: int | None
+    available_bytes: int | None
+    used_bytes: int | None
+    swap_total_bytes: int | None
+    swap_used_bytes: int | None
+    shm_total_bytes: int | None
+    shm_used_bytes: int | None
+
+
+@dataclass(frozen=True)
+class MemSnapshot:
+    schema: str
+    timestamp: float
+    hostname: str
+    devices: list[MemDevice]
+    processes: list[MemProcess]
+    publishers: list[Any]  # model.publishers.PublisherSnapshot
+    headroom: Headroom
+    host: HostMemory
+    problems: list[str]  # transient faults: NVML errors, corrupt snapshots, a lost GPU
+    notes: list[str]

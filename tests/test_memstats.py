@@ -1,0 +1,195 @@
+"""`devctl memstats` end to end: a real publishing JAX job, watch mode, faults, Ctrl-C, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from conftest import assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
+from hosttrees import tpu_v5e_host
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def runtime_dir(tmp_path):
+    d = tmp_path / "runtime"
+    d.mkdir(mode=0o700)
+    return d
+
+
+@pytest.fixture
+def publisher(tmp_path, runtime_dir):
+    """A real JAX job on 4 CPU devices holding known arrays and publishing every 0.2 s."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys, time
+            import jax, jax.numpy as jnp
+            import devctl.monitor
+            devs = jax.devices()
+            a = jax.device_put(jnp.zeros(3 * (1 << 20), jnp.uint8), devs[1])   # 3 MiB on device 1
+            b = jax.device_put(jnp.zeros(1 << 20, jnp.uint8), devs[2])         # 1 MiB on device 2
+            devctl.monitor.publish(interval=0.2)
+            print("ready", flush=True)
+            time.sleep(120)
+            """
+        )
+    )
+    env = devctl_env(devices=4, DEVCTL_RUNTIME_DIR=str(runtime_dir))
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    deadline = time.time() + 30
+    while not list(runtime_dir.glob(f"{proc.pid}.json")) and time.time() < deadline:
+        time.sleep(0.1)
+    yield proc, env
+    proc.kill()
+    proc.wait()
+
+
+def _publisher_rows(doc: dict, pid: int) -> dict[str, dict]:
+    return {p["device"]: p for p in doc["processes"] if p["source"] == "publisher" and p["pid"] == pid}
+
+
+def test_memstats_reports_a_publishing_jobs_bytes_per_device(publisher):
+    proc, env = publisher
+    doc = run_json("memstats", env=env)
+    validate_schema(doc, "memstats")
+    rows = _publisher_rows(doc, proc.pid)
+    assert rows["cpu:1"]["used_bytes"] == 3 * MIB
+    assert rows["cpu:2"]["used_bytes"] == 1 * MIB
+    assert rows["cpu:0"]["used_bytes"] == 0
+    assert "job.py" in rows["cpu:1"]["command"]
+    assert [p["pid"] for p in doc["publishers"]] == [proc.pid]
+    assert {d["key"] for d in doc["devices"] if d["source"] == "jax"} == {"cpu:0", "cpu:1", "cpu:2", "cpu:3"}
+    assert doc["headroom"]["min_bytes"] is None and "CPU" in doc["headroom"]["reason"]
+
+
+def test_device_filter_keeps_one_device(publisher):
+    proc, env = publisher
+    doc = run_json("memstats", "--device", "1", env=env)
+    assert [d["key"] for d in doc["devices"]] == ["cpu:1"]
+    assert set(_publisher_rows(doc, proc.pid)) == {"cpu:1"}
+
+
+def test_table_shows_the_publisher(publisher):
+    proc, env = publisher
+    out = run_devctl("memstats", env=env)
+    assert out.returncode == 0, out.stderr
+    assert str(proc.pid) in out.stdout and "3.0 MiB" in out.stdout
+
+
+def test_watch_json_yields_one_parseable_line_per_sample(runtime_dir):
+    env = devctl_env(devices=2, DEVCTL_RUNTIME_DIR=str(runtime_dir))
+    proc = run_devctl("memstats", "--watch", "--count", "3", "--interval", "0.1", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 3
+    docs = [json.loads(line) for line in lines]
+    for doc in docs:
+        validate_schema(doc, "memstats")
+    assert docs[0]["timestamp"] < docs[1]["timestamp"] < docs[2]["timestamp"]
+
+
+def test_watch_plain_prints_one_table_per_sample(runtime_dir):
+    env = devctl_env(devices=1, DEVCTL_RUNTIME_DIR=str(runtime_dir))
+    proc = run_devctl("memstats", "--watch", "--count", "2", "--interval", "0.1", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("headroom:") == 2
+
+
+def test_watch_survives_a_corrupt_snapshot_and_a_publisher_that_exits(publisher, runtime_dir):
+    proc, env = publisher
+    (runtime_dir / "999999.json").write_text('{"schema": "devctl.publisher/1", "pid": ')  # half-written
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "devctl", "memstats", "--watch", "--count", "8", "--interval", "0.5", "--json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    first = json.loads(watch.stdout.readline())
+    assert any("999999.json" in p for p in first["problems"])
+    assert proc.pid in [p["pid"] for p in first["publishers"]]
+    proc.kill()  # the job dies without cleaning up
+    proc.wait()
+    rest = [json.loads(line) for line in watch.stdout]
+    assert watch.wait(timeout=60) == 0, watch.stderr.read()
+    assert len(rest) == 7
+    assert proc.pid not in [p["pid"] for p in rest[-1]["publishers"]]
+    assert not (runtime_dir / f"{proc.pid}.json").exists()  # stale: removed
+
+
+def test_sigint_ends_watch_with_130_and_no_traceback(runtime_dir):
+    env = devctl_env(devices=1, DEVCTL_RUNTIME_DIR=str(runtime_dir))
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "devctl", "memstats", "--watch", "--interval", "0.2", "--json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    json.loads(watch.stdout.readline())  # running
+    watch.send_signal(signal.SIGINT)
+    _, err = watch.communicate(timeout=30)
+    assert watch.returncode == 130
+    assert "Traceback" not in err
+
+
+def test_tpu_chips_show_hbm_and_holder(tmp_path, runtime_dir):
+    host = tpu_v5e_host(tmp_path, chips=2)
+    host.process(777, ["python3", "train.py"], fds={3: "/dev/vfio/5"})
+    env = devctl_env(devices=1, DEVCTL_RUNTIME_DIR=str(runtime_dir))
+    doc = run_json("memstats", "--host-root", str(host.path), env=env)
+    chips = {d["key"]: d for d in doc["devices"] if d["source"] == "tpu-pci"}
+    assert chips["tpu-chip:0"]["hbm_bytes"] == 16 << 30
+    assert chips["tpu-chip:0"]["holders"][0]["pid"] == 777
+    assert chips["tpu-chip:1"]["holders"] == []
+    assert any(p["source"] == "tpu" and p["pid"] == 777 for p in doc["processes"])
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--interval", "0"], "--interval"),
+        (["--interval", "-1"], "--interval"),
+        (["--interval", "86400"], "--interval"),
+        (["--interval", "fast"], "fast"),
+        (["--count", "0"], "--count"),
+        (["--count", "-2"], "--count"),
+        (["--device", "gpu0"], "gpu0"),
+        (["--device", "7"], "'7'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, needle, runtime_dir):
+    env = devctl_env(devices=2, DEVCTL_RUNTIME_DIR=str(runtime_dir))
+    assert_usage_error(run_devctl("memstats", *args, env=env), needle)
+
+
+def test_snapshot_directory_open_to_others_is_refused(tmp_path):
+    d = tmp_path / "shared"
+    d.mkdir()
+    os.chmod(d, 0o755)
+    env = devctl_env(devices=1, DEVCTL_RUNTIME_DIR=str(d))
+    assert_usage_error(run_devctl("memstats", env=env), str(d))
+
+
+def test_snapshot_directory_of_another_user_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a directory to another user")
+    d = tmp_path / "theirs"
+    d.mkdir(mode=0o700)
+    os.chown(d, 65534, 65534)
+    env = devctl_env(devices=1, DEVCTL_RUNTIME_DIR=str(d))
+    assert_usage_error(run_devctl("memstats", env=env), "65534")
+
+
+@pytest.mark.gpu
+def test_gpu_driver_view_and_allocator_limit():
+    doc = run_json("memstats", env=devctl_env())
+    gpus = [d for d in doc["devices"] if d["platform"] in ("cuda", "gpu")]
+    assert gpus, "no CUDA device in memstats"
+    assert all(d["driver"] and d["driver"]["total_bytes"] > 0 for d in gpus)
+    assert all(d["bytes_limit"] and d["bytes_limit"] > 0 for d in gpus)
+    assert doc["headroom"]["min_bytes"] is not None
