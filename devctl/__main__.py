@@ -1,4 +1,4 @@
-from devctl.cli.app import main
+from devctl.cli.entry import main
 
 if __name__ == "__main__":
     main()

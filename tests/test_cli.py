@@ -17,7 +17,7 @@ def _imported_modules(env_extra: dict[str, str], *args: str) -> set[str]:
         "import sys, atexit\n"
         "atexit.register(lambda: sys.__stderr__.write('MODULES:' + ','.join(sorted(sys.modules)) + '\\n'))\n"
         "sys.argv = ['devctl'] + sys.argv[1:]\n"
-        "from devctl.cli.app import main\n"
+        "from devctl.cli.entry import main\n"
         "main()\n"
     )
     proc = subprocess.run([sys.executable, "-c", code, *args], env=devctl_env(**env_extra), capture_output=True, text=True, timeout=60)
@@ -25,9 +25,10 @@ def _imported_modules(env_extra: dict[str, str], *args: str) -> set[str]:
     return set(line[len("MODULES:") :].split(","))
 
 
-@pytest.mark.parametrize("args", [["--help"], ["list", "--help"], ["bench", "--help"], ["--version"]])
-def test_help_imports_nothing_heavy(args):
-    modules = _imported_modules({}, *args)
+@pytest.mark.parametrize("args", [["--help"], ["list", "--help"], ["bench", "--help"], ["memstats", "--help"], ["--version"]])
+@pytest.mark.parametrize("cache", ["cached", "typer"])
+def test_help_imports_nothing_heavy(args, cache):
+    modules = _imported_modules({"DEVCTL_NO_HELP_CACHE": "1"} if cache == "typer" else {}, *args)
     loaded = sorted(m for m in modules if m.split(".")[0] in HEAVY)
     assert not loaded, f"`devctl {' '.join(args)}` imported {loaded[:5]}"
 
@@ -44,11 +45,19 @@ def test_completion_answers_commands():
     assert proc.stdout.split() == ["plugins"]
 
 
-def test_completion_scripts_are_current():
-    from devctl.cli.completions import stale
+def test_completion_scripts_and_cached_help_are_current():
+    from devctl.cli.generated import stale
 
     diffs = stale(ROOT / "completions")
-    assert not diffs, "".join(diffs) + "\nRun `python -m devctl.cli.completions --update` and commit completions/."
+    assert not diffs, "".join(diffs) + "\nRun `python -m devctl.cli.generated --update` and commit the files."
+
+
+def test_cached_root_help_is_what_typer_prints():
+    cached = run_devctl("--help")
+    rendered = run_devctl("--help", env=devctl_env(DEVCTL_NO_HELP_CACHE="1", COLUMNS="100", TERM="dumb"))
+    assert cached.returncode == rendered.returncode == 0
+    assert cached.stdout == rendered.stdout
+    assert "memstats" in cached.stdout
 
 
 def test_version():
