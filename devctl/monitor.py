@@ -412,18 +412,14 @@ class _Usage:
 
 
 class _Single:
-    """A single-device array: where its one buffer is and how big it is."""
+    """A single-device array: its device and size."""
 
-    __slots__ = ("dev", "ptr", "nbytes", "meta")
+    __slots__ = ("dev", "nbytes", "meta")
 
     def __init__(self, x: Any) -> None:
         self.meta = _meta(x)
         self.dev = _device_id(x)
         self.nbytes = self.meta[2]
-        try:
-            self.ptr: int | None = x.unsafe_buffer_pointer()
-        except Exception:  # noqa: BLE001 - not every backend exposes pointers
-            self.ptr = None
 
 
 class _Parent:
@@ -438,8 +434,8 @@ class _Parent:
         shard_shape = tuple(sharding.shard_shape(x.shape))  # raises for uneven shards: see _facts
         self.shard_bytes = math.prod(shard_shape) * x.dtype.itemsize
         self.shard_sig = (shard_shape, self.meta[1])
-        # ((device id, buffer pointer, bytes), ...) once materialized, else None.
-        self.shards: tuple | None = None
+        # The per-shard arrays' facts once materialized, else None.
+        self.shards: tuple[_Single, ...] | None = None
         self.shard_ids: tuple[int, ...] = ()
 
     def materialize(self, x: Any) -> None:
@@ -469,16 +465,21 @@ class _ArrayCache:
 
 
 def _live_usage(arrays: list, cache: _ArrayCache) -> _Usage:
-    """Bytes and array counts per device, each device buffer counted once.
+    """Bytes and array counts per device, each shard counted once.
 
     A multi-device array is measured from its sharding, without touching its
-    shards: asking for them (`_arrays`) creates one Python array per shard.
-    Those per-shard arrays exist anyway once anything fetched the array to
-    the host, and then jax.live_arrays() lists them beside their parent. So
-    when a single-device array looks like a shard of a parent (same device,
-    shape and dtype), that parent's shards are fetched and its aliases
-    skipped by identity. Two single-device arrays over one buffer (what
-    device_put to the same device returns) are counted once by buffer pointer.
+    shards: asking for them (`_arrays`, and anything built on it such as
+    unsafe_buffer_pointer) creates one Python array per shard, which then
+    shows up in jax.live_arrays(). Those per-shard arrays exist anyway once
+    anything fetched the array to the host, and jax.live_arrays() lists them
+    beside their parent. So when every device of a parent holds a
+    single-device array shaped like its shard, the parent's shards are
+    fetched (already there: nothing new is created) and skipped by identity.
+
+    Not caught: two single-device array objects over one buffer (what
+    jax.device_put to the device an array is already on returns) count
+    twice; telling them apart needs buffer pointers, and asking for a
+    pointer creates an array object.
     """
     fresh: dict[int, tuple[weakref.ref, Any]] = {}
     singles: list[tuple[int, _Single]] = []
@@ -528,7 +529,7 @@ def _materialize_suspected_parents(parents: list[tuple[Any, _Parent]], singles: 
         return
     looks = {(s.dev, s.meta[0], s.meta[1]) for _, s in singles}
     for x, p in parents:
-        if p.shards is None and any((d, *p.shard_sig) in looks for d in p.devs):
+        if p.shards is None and all((d, *p.shard_sig) in looks for d in p.devs):
             try:
                 p.materialize(x)
             except Exception:  # noqa: BLE001 - deleted since the scan: measured from its sharding
@@ -538,34 +539,29 @@ def _materialize_suspected_parents(parents: list[tuple[Any, _Parent]], singles: 
 def _account_all(parents: list[_Parent], singles: list[tuple[int, _Single]]) -> _Usage:
     usage = _Usage()
     shard_ids: set[int] = set()
-    buffers: set[tuple[int, int]] = set()
     per_bytes: dict[int, int] = {}
     per_count: dict[int, int] = {}
     for p in parents:
         if p.shards is None:
-            shards = [(d, None, p.shard_bytes) for d in p.devs]
+            shards = [(d, p.shard_bytes) for d in p.devs]
         else:
             shard_ids.update(p.shard_ids)
-            shards = [(s.dev, s.ptr, s.nbytes) for s in p.shards]
-        _account(usage, p.meta, shards, buffers, per_bytes, per_count)
+            shards = [(s.dev, s.nbytes) for s in p.shards]
+        _account(usage, p.meta, shards, per_bytes, per_count)
     for ident, s in singles:
         if ident not in shard_ids:  # else a shard of a parent counted above
-            _account(usage, s.meta, ((s.dev, s.ptr, s.nbytes),), buffers, per_bytes, per_count)
+            _account(usage, s.meta, ((s.dev, s.nbytes),), per_bytes, per_count)
     usage.per_device = {d: (per_bytes[d], per_count.get(d, 0)) for d in per_bytes}
     return usage
 
 
-def _account(usage: _Usage, meta: tuple, shards, buffers: set, per_bytes: dict, per_count: dict) -> None:
+def _account(usage: _Usage, meta: tuple, shards, per_bytes: dict, per_count: dict) -> None:
     local = 0
-    devs: list[int] = []
-    for dev, ptr, nbytes in shards:
-        if ptr is not None and nbytes:
-            if (dev, ptr) in buffers:
-                continue  # another array object over the same buffer
-            buffers.add((dev, ptr))
+    devs: set[int] = set()
+    for dev, nbytes in shards:
         per_bytes[dev] = per_bytes.get(dev, 0) + nbytes
         if dev not in devs:
-            devs.append(dev)
+            devs.add(dev)
             per_count[dev] = per_count.get(dev, 0) + 1
         local += nbytes
     if devs:

@@ -83,6 +83,7 @@ def test_no_arguments_shows_help_as_usage_error():
         (["list", "--timeout", "soon"], ["--timeout", "soon"]),
         (["list", "--platform", "quantum"], ["quantum", "cpu"]),
         (["list", "--host-root", "/does/not/exist"], ["/does/not/exist"]),
+        (["list", "--host-root", "/usr/share"], ["/usr/share", "sys"]),
         (["list", "--bogus"], ["--bogus"]),
         (["frobnicate"], ["frobnicate"]),
         (["plugins", "--timeout", "0"], ["--timeout"]),

@@ -49,6 +49,8 @@ def check_host_root(path: str) -> str:
 
     if not os.path.isdir(path):
         raise UsageError(f"--host-root {path!r} is not a directory")
+    if not any(os.path.isdir(os.path.join(path, d)) for d in ("sys", "proc", "dev")):
+        raise UsageError(f"--host-root {path!r} has no sys, proc or dev directory: point it at a host's / (e.g. /host)")
     return path
 
 
