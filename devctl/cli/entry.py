@@ -20,6 +20,19 @@ def main() -> None:
             sys.exit(0)
         except OSError:
             pass  # not generated (a source checkout mid-edit): typer renders it
+    if _probe_will_be_needed(sys.argv[1:]):
+        from devctl.probe.runner import prestart
+
+        prestart("devctl.probe.backends")
     from devctl.cli.app import main as run
 
     run()
+
+
+def _probe_will_be_needed(args: list[str]) -> bool:
+    """`devctl list` always probes backends: start that child before typer is even imported."""
+    return (
+        args[:1] == ["list"]
+        and not {"-h", "--help", "--distributed"} & set(args)
+        and "_DEVCTL_COMPLETE" not in os.environ
+    )

@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass, field
 
 from devctl.model.inventory import BackendInfo, BackendStatus, DeviceInfo
-from devctl.probe.runner import ChildResult, last_line, run_child
+from devctl.probe.runner import ChildResult, collect, last_line, run_child, send_request, take_prestarted
 
+_MODULE = "devctl.probe.backends"
 _MAX_ATTEMPTS = 8
 PJRT_ENV = "PJRT_NAMES_AND_LIBRARY_PATHS"
 
@@ -51,7 +52,12 @@ def probe_backends(
             "memory_stats": memory_stats,
         }
         env = {PJRT_ENV: ",".join(i for i in env_items if i.split(os.pathsep)[0] not in skip_plugins)} if env_items else None
-        child = run_child("devctl.probe.backends", request, timeout_s=timeout_s, env=env)
+        prestarted = take_prestarted(_MODULE) if not skip_plugins and not skip_platforms else None
+        if prestarted is not None:
+            send_request(prestarted, request)
+            child = collect(prestarted, timeout_s=timeout_s)
+        else:
+            child = run_child(_MODULE, request, timeout_s=timeout_s, env=env)
         for event in child.events:
             kind = event.get("event")
             if kind == "versions":
@@ -116,12 +122,13 @@ def _failed(name: str, child: ChildResult, where: str, plugin: str | None = None
 def _child_main() -> None:
     from devctl.probe.channel import emit, read_request
 
-    request = read_request()
     emit("phase", kind="import", name="jax")
     import jax
     import jaxlib
     from jax._src import xla_bridge as xb
 
+    # Read after importing jax: a prestarted child imports jax while the CLI is still parsing its flags.
+    request = read_request()
     emit("versions", jax=jax.__version__, jaxlib=jaxlib.__version__)
     _instrument_plugin_discovery(xb, emit, set(request.get("skip_plugins") or []))
     xb._discover_and_register_pjrt_plugins()

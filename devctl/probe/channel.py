@@ -30,5 +30,9 @@ def emit(event: str, /, **data) -> None:
 
 
 def read_request() -> dict:
-    """The task's parameters, passed by the parent as JSON in argv[1]."""
-    return json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    """The task's parameters: JSON in argv[1], or on stdin when argv[1] is "-" (a child started before its request)."""
+    if len(sys.argv) < 2:
+        return {}
+    if sys.argv[1] == "-":
+        return json.loads(sys.stdin.read() or "{}")
+    return json.loads(sys.argv[1])

@@ -71,6 +71,65 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+@dataclass
+class Child:
+    """A started probe child that has not been collected yet."""
+
+    module: str
+    proc: subprocess.Popen
+    read_fd: int
+    started: float
+
+
+def start_child(module: str, request: dict | None = None, *, env: dict[str, str] | None = None) -> Child:
+    """Start `python -m <module> <request-json>`; with request None the child reads it from stdin (see send_request)."""
+    read_fd, write_fd = os.pipe()
+    full_env = child_env(env)
+    full_env[FD_ENV] = str(write_fd)
+    argv = [sys.executable, "-m", module, "-" if request is None else json.dumps(request)]
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if request is None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        pass_fds=(write_fd,),
+        env=full_env,
+        start_new_session=True,  # Ctrl-C reaches devctl, which then ends the child itself
+    )
+    os.close(write_fd)
+    return Child(module, proc, read_fd, time.monotonic())
+
+
+def send_request(child: Child, request: dict) -> None:
+    try:
+        child.proc.stdin.write(json.dumps(request).encode())
+        child.proc.stdin.close()
+    except BrokenPipeError:  # it died already; collect() reports how
+        pass
+
+
+def collect(child: Child, *, timeout_s: float, on_event: Callable[[dict], None] | None = None) -> ChildResult:
+    """Read the child's events until it exits.
+
+    `timeout_s` is a watchdog: the child is killed when it sends no event for
+    that long, so a long but progressing task survives and a hang does not.
+    """
+    proc = child.proc
+    result = ChildResult()
+    try:
+        _pump(proc, child.read_fd, result, timeout_s, on_event)
+    except BaseException:
+        _kill(proc)
+        raise
+    finally:
+        os.close(child.read_fd)
+        if proc.stdout:
+            proc.stdout.close()
+    result.returncode = proc.wait()
+    result.elapsed_s = time.monotonic() - child.started
+    return result
+
+
 def run_child(
     module: str,
     request: dict | None = None,
@@ -79,38 +138,35 @@ def run_child(
     env: dict[str, str] | None = None,
     on_event: Callable[[dict], None] | None = None,
 ) -> ChildResult:
-    """Run `python -m <module> <request-json>` and collect its events.
+    """Run `python -m <module> <request-json>` and collect its events (see collect for the watchdog)."""
+    return collect(start_child(module, request or {}, env=env), timeout_s=timeout_s, on_event=on_event)
 
-    `timeout_s` is a watchdog: the child is killed when it sends no event for
-    that long, so a long but progressing task survives and a hang does not.
+
+_prestarted: dict[str, Child] = {}
+
+
+def prestart(module: str) -> None:
+    """Start a probe child now, before the CLI has even parsed its flags, so jax imports while typer does.
+
+    The request follows later through stdin (take_prestarted + send_request);
+    a child never asked for (bad flags, --help) is killed at exit.
     """
-    read_fd, write_fd = os.pipe()
-    full_env = child_env(env)
-    full_env[FD_ENV] = str(write_fd)
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", module, json.dumps(request or {})],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        pass_fds=(write_fd,),
-        env=full_env,
-        start_new_session=True,  # Ctrl-C reaches devctl, which then ends the child itself
-    )
-    os.close(write_fd)
-    result = ChildResult()
-    try:
-        _pump(proc, read_fd, result, timeout_s, on_event)
-    except BaseException:
-        _kill(proc)
-        raise
-    finally:
-        os.close(read_fd)
-        if proc.stdout:
-            proc.stdout.close()
-    result.returncode = proc.wait()
-    result.elapsed_s = time.monotonic() - started
-    return result
+    import atexit
+
+    child = start_child(module, None)
+    _prestarted[module] = child
+    atexit.register(_discard, module)
+
+
+def take_prestarted(module: str) -> Child | None:
+    return _prestarted.pop(module, None)
+
+
+def _discard(module: str) -> None:
+    child = _prestarted.pop(module, None)
+    if child is not None:
+        _kill(child.proc)
+        os.close(child.read_fd)
 
 
 def _pump(proc, read_fd, result: ChildResult, timeout_s: float, on_event) -> None:
