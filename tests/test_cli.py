@@ -123,3 +123,21 @@ def test_python_api_inventory_matches_list_json():
     doc = json.loads(proc.stdout)
     validate_schema(doc, "list")
     assert len([d for d in doc["devices"] if d["platform"] == "cpu"]) == 3
+
+
+def test_list_with_bad_flags_leaves_no_probe_child_behind():
+    # `devctl list` starts its probe child before parsing flags; a usage error must not orphan it.
+    import uuid
+    from pathlib import Path
+
+    tag = uuid.uuid4().hex
+    proc = run_devctl("list", "--platform", "quantum", env=devctl_env(DEVCTL_TEST_TAG=tag))
+    assert proc.returncode == 2
+    leftovers = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"DEVCTL_TEST_TAG={tag}".encode() in environ.read_bytes():
+                leftovers.append(environ.parent.name)
+        except OSError:
+            continue
+    assert not leftovers, f"probe children still running: {leftovers}"
