@@ -234,7 +234,8 @@ class Publisher:
             self._wake.wait(next_t - now)
 
     def _tick(self) -> None:
-        problem = ensure_directory(self._directory)
+        directory = self._directory
+        problem = ensure_directory(directory)
         if problem:
             self._warn(problem)
             return
@@ -244,22 +245,30 @@ class Publisher:
         )
         if self._stopping:
             return  # stop() may already have removed the file: do not bring it back
+        path = snapshot_path(directory, self._pid)
         try:
-            _write_atomic(self._directory, self._pid, _encode(doc))
+            _write_atomic(directory, self._pid, _encode(doc))
         except OSError as e:
             self._pending_error = f"writing the snapshot failed: {_describe(e)}"
             return
-        self._written = snapshot_path(self._directory, self._pid)
+        if directory != self._directory:
+            _unlink_quietly(path)  # publish() moved us to another directory while we wrote
+            return
+        self._written = path
         self.snapshots_written += 1
 
     def _remove_file(self) -> None:
         for path in {self._written, snapshot_path(self._directory, self._pid)}:
             if path:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+                _unlink_quietly(path)
         self._written = None
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 # --- building a snapshot ----------------------------------------------------
@@ -411,154 +420,232 @@ class _Usage:
         self.arrays: list[tuple[int, tuple, tuple[int, ...]]] = []
 
 
-class _Single:
-    """A single-device array: its device and size."""
-
-    __slots__ = ("dev", "nbytes", "meta")
-
-    def __init__(self, x: Any) -> None:
-        self.meta = _meta(x)
-        self.dev = _device_id(x)
-        self.nbytes = self.meta[2]
-
-
 class _Parent:
-    """A multi-device array, from its sharding alone; shard objects only when needed (`shards`)."""
+    """A multi-device array, measured from its sharding; its shard objects only when aliases are suspected."""
 
-    __slots__ = ("meta", "devs", "shard_bytes", "shard_sig", "shards", "shard_ids")
+    __slots__ = ("meta", "devs", "shard_bytes", "keys", "shard_ids", "shard_buffers", "uneven")
 
     def __init__(self, x: Any) -> None:
         self.meta = _meta(x)
         sharding = x.sharding
-        self.devs = tuple(sorted(d.id for d in sharding.addressable_devices))
-        shard_shape = tuple(sharding.shard_shape(x.shape))  # raises for uneven shards: see _facts
-        self.shard_bytes = math.prod(shard_shape) * x.dtype.itemsize
-        self.shard_sig = (shard_shape, self.meta[1])
-        # The per-shard arrays' facts once materialized, else None.
-        self.shards: tuple[_Single, ...] | None = None
-        self.shard_ids: tuple[int, ...] = ()
+        key = (sharding, self.meta[0], self.meta[1])
+        layout = _LAYOUTS.get(key)
+        if layout is None:
+            layout = _layout(sharding, self.meta)
+            if len(_LAYOUTS) >= _LAYOUTS_MAX:
+                _LAYOUTS.clear()
+            _LAYOUTS[key] = layout
+        self.devs, self.shard_bytes, self.keys = layout
+        self.shard_ids: frozenset[int] | None = None  # ids of its shard objects, once materialized
+        self.shard_buffers: frozenset[tuple[int, int]] | None = None  # (device, pointer), once fetched
+        self.uneven: tuple[tuple[int, int], ...] | None = None  # (device, bytes) per shard, if uneven
 
     def materialize(self, x: Any) -> None:
-        # Creates the per-shard array objects, exactly as any host fetch of a
-        # sharded array does; they alias the parent's buffers.
-        objs = tuple(x._arrays)
-        self.shard_ids = tuple(id(s) for s in objs)
-        self.shards = tuple(_Single(s) for s in objs)
+        # `_arrays` creates the per-shard array objects unless a host fetch
+        # already did (they alias the parent's buffers).
+        self.shard_ids = frozenset(id(o) for o in x._arrays)
+
+    def fetch_buffers(self, x: Any) -> None:
+        # A shard object is its own `_arrays[0]`: asking it for its pointer creates nothing more.
+        self.shard_buffers = frozenset((_device_id(o), p) for o in x._arrays if (p := _pointer(o)) is not None)
+
+    @classmethod
+    def from_shards(cls, x: Any) -> _Parent:
+        """Uneven or exotic shardings: measure each shard object."""
+        parent = object.__new__(cls)
+        parent.meta = _meta(x)
+        objs = x._arrays
+        parent.uneven = tuple((_device_id(o), _meta(o)[2]) for o in objs)
+        parent.devs = tuple(sorted({dev for dev, _ in parent.uneven}))
+        parent.shard_bytes, parent.keys = 0, frozenset()
+        parent.shard_ids = frozenset(id(o) for o in objs)
+        parent.shard_buffers = None
+        return parent
+
+
+def _layout(sharding: Any, meta: tuple) -> tuple:
+    shape, dtype, nbytes = meta
+    devs = tuple(sorted(d.id for d in sharding.addressable_devices))
+    # shard_shape raises for uneven shardings: _parent then falls back to _Parent.from_shards.
+    shard_shape = tuple(int(n) for n in sharding.shard_shape(shape))
+    shard_bytes = nbytes // math.prod(shape) * math.prod(shard_shape) if math.prod(shape) else 0
+    # What a single-device array aliasing one of its shards looks like.
+    keys = frozenset((d, shard_shape, dtype) for d in devs)
+    return devs, shard_bytes, keys
 
 
 class _ArrayCache:
-    """Per-array facts from the previous snapshot, for arrays that outlive a tick (frozen weights, data).
+    """Facts about multi-device arrays from earlier snapshots, for those that outlive a tick.
 
     Keyed by id(); a weak reference confirms the id still names the same
-    array (ids are reused after an array dies). Arrays are immutable, so
-    their shards, devices and sizes never change.
+    array (ids are reused after an array dies). Single-device arrays are not
+    cached: their facts cost about what a cache entry does to allocate.
     """
 
     def __init__(self) -> None:
-        self.entries: dict[int, tuple[weakref.ref, Any]] = {}
+        self.entries: dict[int, tuple[weakref.ref, _Parent]] = {}
 
-    def lookup(self, x: Any) -> tuple[weakref.ref, Any] | None:
+    def parent(self, x: Any) -> tuple[weakref.ref, _Parent]:
         hit = self.entries.get(id(x))
         if hit is not None and hit[0]() is x:
             return hit
-        return None
+        return weakref.ref(x), _parent(x)
 
 
 def _live_usage(arrays: list, cache: _ArrayCache) -> _Usage:
-    """Bytes and array counts per device, each shard counted once.
+    """Bytes and array counts per device, each device buffer counted once.
 
-    A multi-device array is measured from its sharding, without touching its
-    shards: asking for them (`_arrays`, and anything built on it such as
-    unsafe_buffer_pointer) creates one Python array per shard, which then
-    shows up in jax.live_arrays(). Those per-shard arrays exist anyway once
-    anything fetched the array to the host, and jax.live_arrays() lists them
-    beside their parent. So when every device of a parent holds a
-    single-device array shaped like its shard, the parent's shards are
-    fetched (already there: nothing new is created) and skipped by identity.
+    Several array objects can share one buffer: once anything fetches a
+    sharded array to the host (np.asarray, a checkpoint), jax.live_arrays()
+    lists per-shard arrays beside their parent. The only buffer identity JAX
+    exposes is unsafe_buffer_pointer(), and asking for it (or for a parent's
+    shards) creates a Python array object that live_arrays() then lists too.
+    So a multi-device array is measured from its sharding, and pointers are
+    fetched only where aliasing is possible: a parent whose every device holds
+    a single-device array shaped like its shard, and those single-device
+    arrays. There, buffers are counted once by (device, pointer).
 
-    Not caught: two single-device array objects over one buffer (what
-    jax.device_put to the device an array is already on returns) count
-    twice; telling them apart needs buffer pointers, and asking for a
-    pointer creates an array object.
+    Not caught: two single-device array objects over one buffer that no
+    parent explains (jax.device_put to the device an array is already on,
+    printing an array) count twice; they are rare and usually tiny, and
+    checking every array would create an object per array.
     """
-    fresh: dict[int, tuple[weakref.ref, Any]] = {}
-    singles: list[tuple[int, _Single]] = []
+    fresh: dict[int, tuple[weakref.ref, _Parent]] = {}
     parents: list[tuple[Any, _Parent]] = []
+    # (array, (device id, shape, dtype), (shape, dtype, nbytes)) of single-device arrays.
+    singles: list[tuple[Any, tuple, tuple]] = []
     try:
         single_cls = _single_device_sharding_cls()
+        single_objs = []
         for x in arrays:
             try:
-                entry = cache.lookup(x) or (weakref.ref(x), _facts(x, single_cls))
+                if type(x.sharding) is single_cls:
+                    single_objs.append(x)
+                else:
+                    entry = cache.parent(x)
+                    fresh[id(x)] = entry
+                    parents.append((x, entry[1]))
             except Exception:  # noqa: BLE001 - deleted (donated) mid-scan, or an exotic array type
                 continue
-            fresh[id(x)] = entry
-            facts = entry[1]
-            if isinstance(facts, _Single):
-                singles.append((id(x), facts))
-            else:
-                parents.append((x, facts))
         arrays.clear()
-        _materialize_suspected_parents(parents, singles)
-        parent_facts = [p for _, p in parents]
+        # Shard objects of parents already known to have them are counted
+        # with their parent: skip them before paying for their facts.
+        known = frozenset().union(*(p.shard_ids for _, p in parents if p.shard_ids))
+        for x in single_objs:
+            if id(x) in known:
+                continue
+            try:
+                meta = _meta(x)
+                singles.append((x, (_device_id(x), meta[0], meta[1]), meta))
+            except Exception:  # noqa: BLE001 - deleted (donated) mid-scan
+                continue
+        single_objs.clear()
+        usage = _count(parents, singles)
     finally:
         # While this frame holds arrays the program has dropped, their device
         # memory cannot be freed.
         arrays.clear()
-        parents = []  # noqa: F841
+        parents = singles = single_objs = []  # noqa: F841
         x = None  # noqa: F841
     cache.entries = fresh  # drops the facts of arrays that died since the last snapshot
-    return _account_all(parent_facts, singles)
+    return usage
 
 
-def _facts(x: Any, single_cls: type | None) -> _Single | _Parent:
-    if single_cls is not None and type(x.sharding) is single_cls:
-        return _Single(x)
+def _parent(x: Any) -> _Parent:
     try:
         return _Parent(x)
-    except Exception:  # noqa: BLE001 - uneven or exotic sharding: measure the shards themselves
-        parent = object.__new__(_Parent)
-        parent.meta = _meta(x)
-        parent.materialize(x)
-        parent.devs = tuple(sorted({s.dev for s in parent.shards}))
-        parent.shard_bytes, parent.shard_sig = 0, None
-        return parent
+    except Exception:  # noqa: BLE001 - shard_shape raises for uneven shardings
+        return _Parent.from_shards(x)
 
 
-def _materialize_suspected_parents(parents: list[tuple[Any, _Parent]], singles: list[tuple[int, _Single]]) -> None:
-    if not parents or not singles:
-        return
-    looks = {(s.dev, s.meta[0], s.meta[1]) for _, s in singles}
-    for x, p in parents:
-        if p.shards is None and all((d, *p.shard_sig) in looks for d in p.devs):
-            try:
-                p.materialize(x)
-            except Exception:  # noqa: BLE001 - deleted since the scan: measured from its sharding
-                pass
-
-
-def _account_all(parents: list[_Parent], singles: list[tuple[int, _Single]]) -> _Usage:
+def _count(parents: list[tuple[Any, _Parent]], singles: list[tuple[Any, tuple, tuple]]) -> _Usage:
+    """Per-device totals; see _live_usage for how aliases are found."""
     usage = _Usage()
-    shard_ids: set[int] = set()
     per_bytes: dict[int, int] = {}
     per_count: dict[int, int] = {}
-    for p in parents:
-        if p.shards is None:
-            shards = [(d, p.shard_bytes) for d in p.devs]
-        else:
-            shard_ids.update(p.shard_ids)
-            shards = [(s.dev, s.nbytes) for s in p.shards]
-        _account(usage, p.meta, shards, per_bytes, per_count)
-    for ident, s in singles:
-        if ident not in shard_ids:  # else a shard of a parent counted above
-            _account(usage, s.meta, ((s.dev, s.nbytes),), per_bytes, per_count)
+
+    # A parent whose every device holds a single-device array shaped like its
+    # shard may have its shards among them: learn its shard objects' ids.
+    shard_ids: set[int] = set()
+    suspect: set[tuple] = set()
+    if parents and singles:
+        single_keys = {key for _, key, _ in singles}
+        for x, p in parents:
+            if p.shard_ids is None and p.keys and p.keys <= single_keys:
+                try:
+                    p.materialize(x)
+                except Exception:  # noqa: BLE001 - deleted since the scan: measured from its sharding
+                    pass
+    for _, p in parents:
+        if p.shard_ids is not None:
+            shard_ids |= p.shard_ids
+            suspect |= p.keys
+
+    # Look-alikes that are not the shard objects themselves (a host fetch
+    # makes a second set): only buffer pointers can tell whether they alias.
+    buffers: set[tuple[int, int]] = set()
+    extras: set[int] = set()
+    extra_keys: set[tuple] = set()
+    if suspect:
+        for x, key, _ in singles:
+            if key in suspect and id(x) not in shard_ids:
+                extras.add(id(x))
+                extra_keys.add(key)
+    if extras:
+        for x, p in parents:
+            if p.shard_ids is not None and p.keys & extra_keys:
+                try:
+                    if p.shard_buffers is None:
+                        p.fetch_buffers(x)
+                    buffers |= p.shard_buffers
+                except Exception:  # noqa: BLE001 - deleted since the scan
+                    pass
+
+    # Parents are summed per device set first: one addition per array, not per array and device.
+    by_devs: dict[tuple[int, ...], list[int]] = {}
+    for _, p in parents:
+        if not p.devs:
+            continue  # no shard in this process (a global array of a multi-process job)
+        if p.uneven is not None:
+            _account(usage, p.meta, [(dev, None, n) for dev, n in p.uneven], buffers, per_bytes, per_count)
+            continue
+        acc = by_devs.get(p.devs)
+        if acc is None:
+            acc = by_devs[p.devs] = [0, 0]
+        acc[0] += p.shard_bytes
+        acc[1] += 1
+        usage.arrays.append((p.shard_bytes * len(p.devs), p.meta, p.devs))
+    for devs, (nbytes, count) in by_devs.items():
+        for d in devs:
+            per_bytes[d] = per_bytes.get(d, 0) + nbytes
+            per_count[d] = per_count.get(d, 0) + count
+
+    arrays = usage.arrays
+    for x, key, meta in singles:
+        if shard_ids:
+            ident = id(x)
+            if ident in shard_ids:
+                continue  # a shard object of a parent counted above
+            if ident in extras and (ptr := _pointer(x)) is not None and meta[2]:
+                if (key[0], ptr) in buffers:
+                    continue  # another object over a buffer already counted
+                buffers.add((key[0], ptr))
+        dev, nbytes = key[0], meta[2]
+        per_bytes[dev] = per_bytes.get(dev, 0) + nbytes
+        per_count[dev] = per_count.get(dev, 0) + 1
+        arrays.append((nbytes, meta, (dev,)))
     usage.per_device = {d: (per_bytes[d], per_count.get(d, 0)) for d in per_bytes}
     return usage
 
 
-def _account(usage: _Usage, meta: tuple, shards, per_bytes: dict, per_count: dict) -> None:
+def _account(usage: _Usage, meta: tuple, shards, buffers: set, per_bytes: dict, per_count: dict) -> None:
     local = 0
     devs: set[int] = set()
-    for dev, nbytes in shards:
+    for dev, ptr, nbytes in shards:
+        if ptr is not None and nbytes:
+            if (dev, ptr) in buffers:
+                continue  # another array object over a buffer already counted
+            buffers.add((dev, ptr))
         per_bytes[dev] = per_bytes.get(dev, 0) + nbytes
         if dev not in devs:
             devs.add(dev)
@@ -568,12 +655,30 @@ def _account(usage: _Usage, meta: tuple, shards, per_bytes: dict, per_count: dic
         usage.arrays.append((local, meta, tuple(sorted(devs))))
 
 
+def _pointer(x: Any) -> int | None:
+    try:
+        return x.unsafe_buffer_pointer()
+    except Exception:  # noqa: BLE001 - not every backend exposes pointers: counted, not deduplicated
+        return None
+
+
 def _meta(x: Any) -> tuple[tuple[int, ...], str, int]:
     """(shape, dtype name, logical bytes of the whole array)."""
     aval = x.aval
-    shape = tuple(int(n) for n in aval.shape)
+    shape = aval.shape
     dtype = aval.dtype
-    return shape, str(dtype), math.prod(shape) * dtype.itemsize
+    known = _DTYPES.get(dtype)
+    if known is None:
+        # numpy's dtype.__str__ costs ~10 µs: once per dtype, not per array.
+        known = _DTYPES[dtype] = (str(dtype), dtype.itemsize)
+    return shape, known[0], math.prod(shape) * known[1]
+
+
+_DTYPES: dict[Any, tuple[str, int]] = {}
+# (sharding, shape, dtype name) -> (device ids, shard bytes, alias keys). Jitted
+# steps hand back the same sharding objects every step, so this stays small.
+_LAYOUTS: dict[tuple, tuple] = {}
+_LAYOUTS_MAX = 4096
 
 
 def _device_id(x: Any) -> int:

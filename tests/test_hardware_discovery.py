@@ -99,13 +99,23 @@ def test_pid_alive(tmp_path):
     assert not procs.pid_alive(h.root, 99999)
 
 
-def test_holders_on_the_real_host_find_this_process(tmp_path):
-    target = tmp_path / "held.txt"
-    with open(target, "w"):
-        scan = procs.scan_holders(HostRoot("/"), str(target))
+def test_holders_on_the_real_host_find_another_process_but_not_devctl_itself(tmp_path):
     import os
+    import subprocess
 
-    assert os.getpid() in [r.pid for r in scan.holders[str(target)]]
+    target = tmp_path / "held.txt"
+    target.write_text("")
+    # A grandchild that holds the file open; its parent shell exits, so it is not one of ours.
+    out = subprocess.run(["sh", "-c", f"sleep 30 3<'{target}' >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, check=True)
+    holder = int(out.stdout.strip())
+    try:
+        with open(target):
+            scan = procs.scan_holders(HostRoot("/"), str(target))
+        pids = [r.pid for r in scan.holders[str(target)]]
+        assert holder in pids
+        assert os.getpid() not in pids  # devctl and its probe children are never "another process"
+    finally:
+        os.kill(holder, 9)
 
 
 # --- TPU ------------------------------------------------------------------

@@ -295,11 +295,20 @@ def test_fresh_hand_written_snapshot_is_listed(runtime_dir):
     assert snap.pid == me
     assert snap.age_s == pytest.approx(1.0)
     assert snap.devices[0].memory_stats == {"bytes_in_use": 10, "bytes_limit": None}  # -1 means unknown
-    # Three intervals is the limit; one tick past it is stale.
+    # Three intervals is the limit; just past it is stale.
     assert read_publishers(str(runtime_dir), now=now + 1.9, remove_stale=False).publishers
     later = read_publishers(str(runtime_dir), now=now + 2.1, remove_stale=False)
     assert later.publishers == () and later.removed_stale == ()
     assert (runtime_dir / f"{me}.json").exists()
+
+
+def test_sub_second_intervals_are_stale_after_three_seconds(runtime_dir):
+    me = os.getpid()
+    now = time.time()
+    _write(runtime_dir, f"{me}.json", _snapshot_doc(me, timestamp=now, interval_s=0.1))
+    # A fast publisher delayed by a busy machine must not flicker out of the list.
+    assert read_publishers(str(runtime_dir), now=now + 2.9, remove_stale=False).publishers
+    assert read_publishers(str(runtime_dir), now=now + 3.1, remove_stale=False).publishers == ()
 
 
 def test_reused_pid_is_stale(runtime_dir):
@@ -329,7 +338,7 @@ def test_corrupt_files_are_problems_and_others_still_listed(runtime_dir):
     report = read_publishers(str(runtime_dir))
     assert [p.pid for p in report.publishers] == [me]
     problems = {Path(p.path).name: p.reason for p in report.problems}
-    assert set(problems) == {half.name, other.name, wrong.name}
+    assert set(problems) == {half.name, other.name, wrong.name, old.name}
     assert problems[half.name].startswith("not valid JSON")
     assert "someone.else/3" in problems[other.name]
     assert "devices" in problems[wrong.name]
@@ -337,7 +346,10 @@ def test_corrupt_files_are_problems_and_others_still_listed(runtime_dir):
     # Corrupt but recent files stay (a writer may be mid-way); old ones are stale.
     assert half.exists() and other.exists() and wrong.exists() and good.exists()
     assert not old.exists()
+    assert problems[old.name].startswith("not valid JSON") and problems[old.name].endswith("; removed, 3600 s old")
     assert report.removed_stale == (4000004,)
+    again = read_publishers(str(runtime_dir))
+    assert {Path(p.path).name for p in again.problems} == {half.name, other.name, wrong.name}
 
 
 def test_left_over_temp_file_of_dead_publisher_is_removed(runtime_dir):

@@ -37,12 +37,14 @@ def _root(
 
 
 def _register() -> None:
-    from devctl.cli import bench, env, inventory, memstats, plugins
+    from devctl.cli import bench, check, doctor, env, inventory, memstats, plugins
 
     app.command("list")(inventory.list_devices)
     app.command("plugins")(plugins.plugins)
     app.command("env")(env.env)
     app.command("memstats")(memstats.memstats)
+    app.command("check")(check.check)
+    app.command("doctor")(doctor.doctor)
     app.add_typer(bench.bench_app, name="bench")
 
 

@@ -23,72 +23,82 @@ PROBE_MODULE = "devctl.probe.transfer"
 DEFAULT_MAX_REGRESSION_PCT = 10.0
 
 
+Option = typer.Option
+DirectionOpt = Annotated[
+    Optional[list[str]],
+    Option(
+        "--direction", "-d", metavar="DIR", help="h2d, d2h, d2d, d2d-self or all (the default); repeatable or comma-separated."
+    ),
+]
+VariantsOpt = Annotated[
+    str,
+    Option("--variants", metavar="NAMES", help="main (each direction's plain call), all, or: " + ", ".join(m.ALL_VARIANTS)),
+]
+SizesOpt = Annotated[
+    Optional[str],
+    Option("--sizes", metavar="LIST", help="e.g. 4K,1M,64M,1G. Default: 4K to 256M (1G where the device has room)."),
+]
+QuickOpt = Annotated[bool, Option("--quick", help="A few sizes and a short budget: a smoke test in seconds.")]
+RepeatsOpt = Annotated[
+    Optional[int],
+    Option("--repeats", metavar="N", help=f"Timed repetitions per cell, at least (default {m.DEFAULT_REPEATS})."),
+]
+MinTimeOpt = Annotated[
+    Optional[float],
+    Option("--min-time", metavar="SECONDS", help=f"Timed seconds per cell, at least (default {m.DEFAULT_MIN_TIME_S:g})."),
+]
+WarmupsOpt = Annotated[
+    Optional[int], Option("--warmups", metavar="N", help=f"Untimed transfers first (default {m.DEFAULT_WARMUPS}).")
+]
+VerifyOpt = Annotated[bool, Option("--verify/--no-verify", help="Check, once per cell, that the bytes arrive unchanged.")]
+ShardedOpt = Annotated[bool, Option("--sharded", help="One array sharded over all local devices (aggregate bandwidth).")]
+ReplicatedOpt = Annotated[bool, Option("--replicated", help="One array replicated on every local device.")]
+DeviceOpt = Annotated[
+    Optional[list[str]],
+    Option("--device", metavar="ID", help="Device(s) for h2d, d2h and d2d-self: ids or all. Default: the first."),
+]
+SrcOpt = Annotated[Optional[int], Option("--src", metavar="ID", help="d2d: the source device.")]
+DstOpt = Annotated[Optional[int], Option("--dst", metavar="ID", help="d2d: the destination device.")]
+AllPairsOpt = Annotated[bool, Option("--all-pairs", help="d2d: every ordered pair of devices at every size.")]
+BaselineOpt = Annotated[
+    Optional[str], Option("--baseline", metavar="FILE", help="An earlier --json result: exit 1 if a cell fell below it.")
+]
+MaxRegressionOpt = Annotated[
+    Optional[str],
+    Option("--max-regression", metavar="PCT", help="Allowed drop below the baseline per cell (default 10%)."),
+]
+WatchdogOpt = Annotated[
+    Optional[float],
+    Option("--timeout", metavar="SECONDS", help="Stop when no progress is seen for this long (default 30, at most 60)."),
+]
+
+
 @bench_app.command("transfer")
 def transfer(
-    direction: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--direction",
-            "-d",
-            metavar="DIR",
-            help="h2d, d2h, d2d, d2d-self or all (repeatable, or comma-separated). Default: all.",
-        ),
-    ] = None,
-    variants: Annotated[
-        str,
-        typer.Option(
-            "--variants",
-            metavar="NAMES",
-            help="main (each direction's plain call), all, or names: " + ", ".join(m.ALL_VARIANTS) + ".",
-        ),
-    ] = "main",
-    sizes: Annotated[
-        Optional[str],
-        typer.Option("--sizes", metavar="LIST", help="Sizes, e.g. 4K,1M,64M,1G. Default: 4K to 256M (1G where the device has room)."),
-    ] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="A few sizes and a short budget: a smoke test in seconds.")] = False,
-    repeats: Annotated[
-        Optional[int], typer.Option("--repeats", metavar="N", help=f"Timed repetitions per cell, at least (default {m.DEFAULT_REPEATS}).")
-    ] = None,
-    min_time: Annotated[
-        Optional[float],
-        typer.Option("--min-time", metavar="SECONDS", help=f"Timed seconds per cell, at least (default {m.DEFAULT_MIN_TIME_S:g})."),
-    ] = None,
-    warmups: Annotated[
-        Optional[int], typer.Option("--warmups", metavar="N", help=f"Untimed transfers before timing (default {m.DEFAULT_WARMUPS}).")
-    ] = None,
-    verify: Annotated[
-        bool, typer.Option("--verify/--no-verify", help="Check, once per cell, that the bytes arrive unchanged.")
-    ] = True,
-    sharded: Annotated[
-        bool, typer.Option("--sharded", help="One array sharded over all local devices (aggregate bandwidth).")
-    ] = False,
-    replicated: Annotated[bool, typer.Option("--replicated", help="One array replicated on every local device.")] = False,
-    device: Annotated[
-        Optional[list[str]],
-        typer.Option("--device", metavar="ID", help="Device(s) for h2d, d2h and d2d-self: ids or all. Default: the first."),
-    ] = None,
-    src: Annotated[Optional[int], typer.Option("--src", metavar="ID", help="d2d: the source device.")] = None,
-    dst: Annotated[Optional[int], typer.Option("--dst", metavar="ID", help="d2d: the destination device.")] = None,
-    all_pairs: Annotated[bool, typer.Option("--all-pairs", help="d2d: every ordered pair of devices at every size.")] = False,
-    baseline: Annotated[
-        Optional[str],
-        typer.Option("--baseline", metavar="FILE", help="An earlier --json result: exit 1 if a cell fell below it."),
-    ] = None,
-    max_regression: Annotated[
-        Optional[str],
-        typer.Option("--max-regression", metavar="PCT", help="Allowed drop below the baseline per cell (default 10%)."),
-    ] = None,
-    timeout: Annotated[
-        Optional[float],
-        typer.Option("--timeout", metavar="SECONDS", help="Stop the benchmark when it shows no progress for this long (default 30, at most 60)."),
-    ] = None,
+    direction: DirectionOpt = None,
+    variants: VariantsOpt = "main",
+    sizes: SizesOpt = None,
+    quick: QuickOpt = False,
+    repeats: RepeatsOpt = None,
+    min_time: MinTimeOpt = None,
+    warmups: WarmupsOpt = None,
+    verify: VerifyOpt = True,
+    sharded: ShardedOpt = False,
+    replicated: ReplicatedOpt = False,
+    device: DeviceOpt = None,
+    src: SrcOpt = None,
+    dst: DstOpt = None,
+    all_pairs: AllPairsOpt = False,
+    baseline: BaselineOpt = None,
+    max_regression: MaxRegressionOpt = None,
+    timeout: WatchdogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Host<->device and device<->device transfer bandwidth, against the host memcpy and PCIe roofs."""
     opts = build_options(
-        direction, variants, sizes, quick, repeats, min_time, warmups, verify, sharded, replicated, device, src, dst, all_pairs
-    )
+        direction, variants, sizes, quick, repeats, min_time, warmups, verify,
+        sharded, replicated, device, src, dst, all_pairs,
+    )  # fmt: skip
     gate_args = check_gate(baseline, max_regression)
     timeout_s = check_timeout(timeout)
     report = run_transfer(opts, timeout_s)
@@ -117,8 +127,9 @@ def transfer(
 
 
 def build_options(
-    direction, variants, sizes, quick, repeats, min_time, warmups, verify, sharded, replicated, device, src, dst, all_pairs
-) -> m.TransferOptions:
+    direction, variants, sizes, quick, repeats, min_time, warmups, verify,
+    sharded, replicated, device, src, dst, all_pairs,
+) -> m.TransferOptions:  # fmt: skip
     directions = parse_directions(direction)
     return m.TransferOptions(
         directions=directions,

@@ -30,9 +30,9 @@ def main() -> None:
 
 
 def _probe_will_be_needed(args: list[str]) -> bool:
-    """`devctl list` always probes backends: start that child before typer is even imported."""
+    """These commands always probe backends first: start that child before typer is even imported."""
     return (
-        args[:1] == ["list"]
+        args[:1] in (["list"], ["memstats"], ["check"], ["doctor"])
         and not {"-h", "--help", "--distributed"} & set(args)
         and "_DEVCTL_COMPLETE" not in os.environ
     )

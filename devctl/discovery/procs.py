@@ -28,7 +28,10 @@ def scan_holders(root: HostRoot, match: str | re.Pattern[str] | Iterable[str]) -
     wanted = _matcher(match)
     found: dict[str, dict[int, ProcessRef]] = {}
     inspected = uninspectable = 0
+    ours = _own_processes(root)
     for pid in _pids(root):
+        if pid in ours:
+            continue
         try:
             targets = _fd_targets(root, pid)
         except ProcessLookupError:
@@ -45,6 +48,21 @@ def scan_holders(root: HostRoot, match: str | re.Pattern[str] | Iterable[str]) -
             found.setdefault(target, {})[pid] = ref
     holders = {path: tuple(refs[p] for p in sorted(refs)) for path, refs in sorted(found.items())}
     return HolderScan(holders=holders, inspected_processes=inspected, uninspectable_processes=uninspectable)
+
+
+def _own_processes(root: HostRoot) -> set[int]:
+    """devctl itself and its probe children: discovery runs while a probe child may hold the device it scans."""
+    if not root.is_real:
+        return set()
+    me = os.getpid()
+    ours = {me}
+    for pid in _pids(root):
+        stat = root.read_text(f"/proc/{pid}/stat") or ""
+        # "pid (comm) state ppid ...": comm may contain spaces and parentheses, so split after the last ')'.
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) > 1 and fields[1] == str(me):
+            ours.add(pid)
+    return ours
 
 
 def _matcher(match: str | re.Pattern[str] | Iterable[str]):

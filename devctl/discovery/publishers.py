@@ -35,6 +35,10 @@ from devctl.model.publishers import (
 
 ENV_DIR = "DEVCTL_RUNTIME_DIR"
 STALE_INTERVALS = 3  # a snapshot older than this many of its intervals is stale
+# Intervals below this count as this much for staleness: a sub-second publisher
+# that a busy machine or a GIL-holding call delays by a few hundred ms would
+# otherwise flicker out of the list. Exited jobs are caught by their pid at once.
+MIN_STALE_INTERVAL_S = 1.0
 _NAME = re.compile(r"^(\d+)\.json$")
 _TEMP_NAME = re.compile(r"^\.(\d+)\.json\.tmp$")
 _MAX_FILE_BYTES = 4 << 20  # a snapshot is a few KiB; anything larger is not ours
@@ -140,10 +144,11 @@ def read_publishers(
     """Every live publisher in `directory` (default: $DEVCTL_RUNTIME_DIR, else the per-user defaults).
 
     A snapshot whose process is gone (or whose pid now belongs to another
-    process), or older than 3 of its intervals, is stale: left out, and its
-    file removed when `remove_stale`. A corrupt file is reported in
-    `problems` and left alone unless its mtime is stale too. Raises UsageError
-    when the directory is owned by another user or open to other users.
+    process), or older than 3 of its intervals (at least 3 s), is stale: left
+    out, and its file removed when `remove_stale`. A corrupt file is reported
+    in `problems`, and left alone unless its mtime is that old too (then it
+    is removed, and the problem says so). Raises UsageError when the
+    directory is owned by another user or open to other users.
     """
     now = time.time() if now is None else now
     explicit = directory or os.environ.get(ENV_DIR)
@@ -235,34 +240,37 @@ class _Scan:
             return True
         # A job on another host (a shared directory) or in another UTS namespace
         # has pids we cannot check: its clock is all we have.
-        interval = snap.interval_s if snap.interval_s is not None else 1.0
-        return self.now - snap.timestamp > STALE_INTERVALS * interval
+        interval = snap.interval_s if snap.interval_s is not None else MIN_STALE_INTERVAL_S
+        return self.now - snap.timestamp > STALE_INTERVALS * max(interval, MIN_STALE_INTERVAL_S)
 
     def corrupt(self, path: str, pid: int, st: os.stat_result, reason: str, raw: bytes) -> None:
-        interval = _interval_hint(raw)
-        if self.now - st.st_mtime > STALE_INTERVALS * max(interval, 1.0):
-            self.drop(path, pid, st)
-        else:
-            self.problems.append(PublisherProblem(path, reason))
+        age = self.now - st.st_mtime
+        if age > STALE_INTERVALS * max(_interval_hint(raw), MIN_STALE_INTERVAL_S) and self.drop(path, pid, st):
+            # Said once, in the read that removes it, so the user learns what was there.
+            reason = f"{reason}; removed, {age:.0f} s old"
+        self.problems.append(PublisherProblem(path, reason))
 
     def temp_file(self, path: str, pid: int) -> None:
         # A publisher killed between writing its temp file and renaming it.
         if self.remove_stale and not _pid_alive(pid):
             _unlink_quietly(path)
 
-    def drop(self, path: str, pid: int, st: os.stat_result) -> None:
+    def drop(self, path: str, pid: int, st: os.stat_result) -> bool:
+        """Remove a stale file unless it changed since it was read; True when removed."""
         if not self.remove_stale:
-            return
+            return False
         # A live publisher that fell behind may have replaced the file since
         # we read it; removing its fresh snapshot would hide a live job.
         try:
             cur = os.stat(path)
         except FileNotFoundError:
-            return
+            return False
         if (cur.st_ino, cur.st_mtime_ns) != (st.st_ino, st.st_mtime_ns):
-            return
+            return False
         if _unlink_quietly(path):
             self.removed.add(pid)
+            return True
+        return False
 
 
 def _read_small(path: str) -> tuple[bytes, os.stat_result]:

@@ -202,10 +202,12 @@ def _platforms(xb, requested: list[str] | None) -> list[tuple[str, int, bool]]:
     else:
         # The IFRT proxy backend (negative priority) is only ever used when asked for.
         names = [p for p, r in registered.items() if r.priority >= 0]
+    # A platform the user named (JAX_PLATFORMS, --platform) must start: JAX raises instead of failing quietly.
+    named = bool(requested or os.environ.get("JAX_PLATFORMS"))
     out = []
     for name in dict.fromkeys(names):
         reg = registered.get(name)
-        out.append((name, reg.priority if reg else -1, bool(reg and reg.fail_quietly)))
+        out.append((name, reg.priority if reg else -1, bool(reg and reg.fail_quietly and not named)))
     return sorted(out, key=lambda t: -t[1])
 
 

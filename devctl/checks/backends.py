@@ -1,0 +1,152 @@
+"""Checks of what JAX sees: backends, devices and their memory, against the expectations."""
+
+from __future__ import annotations
+
+import os
+
+from devctl.checks.verdict import Verdict, failed, join, passed, skipped, warned
+from devctl.model.inventory import BackendStatus
+from devctl.units import format_bytes
+
+_DEVICE_PLATFORM = {"gpu": ("cuda", "rocm", "gpu"), "cuda": ("cuda", "gpu"), "rocm": ("rocm", "gpu")}
+
+
+def platform_matches(expected: str, actual: str) -> bool:
+    """CUDA and ROCm devices call their platform "gpu"; an expected "gpu" is either."""
+    return actual == expected or actual in _DEVICE_PLATFORM.get(expected, ()) or (
+        expected in ("cuda", "rocm") and actual == "gpu"
+    )
+
+
+def scoped_devices(ctx) -> tuple[list, str]:
+    """The devices the expectations talk about: those of the expected platforms, else of JAX's default."""
+    inv = ctx.inventory()
+    exp = ctx.expectations
+    if exp.platforms:
+        devices = [d for d in inv.devices if any(platform_matches(p, d.platform) for p in exp.platforms)]
+        return devices, "/".join(exp.platforms)
+    default = inv.default_platform
+    devices = [d for d in inv.devices if default and platform_matches(default, d.platform)]
+    return devices, default or "default"
+
+
+def check_backends(ctx) -> Verdict:
+    inv = ctx.inventory()
+    exp = ctx.expectations
+    rows = [b for b in inv.backends if not b.plugin]  # plugin failures belong to the plugins check
+    ok = [b for b in rows if b.status is BackendStatus.OK]
+    problems, remedies, reported = [], [], set()
+    # JAX raises at jax.devices() when a platform JAX_PLATFORMS names fails: those are required too.
+    listed = [p.strip().lower() for p in os.environ.get("JAX_PLATFORMS", "").split(",") if p.strip()]
+    required = [(p, "expected") for p in exp.platforms or ()] + [(p, "JAX_PLATFORMS names") for p in listed]
+    for expected, why in required:
+        if any(platform_matches(expected, b.platform) for b in ok):
+            continue
+        related = [b for b in rows if platform_matches(expected, b.platform)]
+        if related:
+            b = related[0]
+            if b.platform in reported:
+                continue
+            reported.add(b.platform)
+            problems.append(f"{why} {expected}: {_failure(b, exp.timeout_s)}")
+            if why.startswith("JAX_PLATFORMS"):
+                remedies.append(f"drop {expected} from JAX_PLATFORMS, or unset it so JAX picks what works ({b.hint or b.status.value})")
+            else:
+                remedies.append(b.hint or "run devctl doctor for a diagnosis")
+        else:
+            problems.append(f"{why} {expected}: no {expected} backend is installed")
+            remedies.append(_install_hint(expected))
+    for b in rows:
+        # JAX raises at jax.devices() for these (a quiet TPU failure with no chip was already made "skipped").
+        if b.platform not in reported and b.status in (BackendStatus.FAILED, BackendStatus.TIMEOUT, BackendStatus.CRASHED):
+            problems.append(_failure(b, exp.timeout_s))
+            remedies.append(b.hint or "run devctl doctor for a diagnosis")
+    details = {
+        "backends": {b.platform: {"status": b.status.value, "init_s": b.init_s, "error": b.error} for b in rows},
+        "default_platform": inv.default_platform,
+    }
+    if problems:
+        return failed(join(problems, 2), remedies[0], **details)
+    if not ok:
+        why = join([_failure(b, exp.timeout_s) for b in rows], 2) or "no backend is registered"
+        return failed(f"no JAX backend initialized: {why}", "run devctl doctor for a diagnosis", **details)
+    summary = ", ".join(f"{b.platform} ({b.init_s:.2f} s)" if b.init_s is not None else b.platform for b in ok)
+    return passed(f"initialized: {summary}; default {inv.default_platform}", **details)
+
+
+def _failure(b, timeout_s: float) -> str:
+    if b.status is BackendStatus.TIMEOUT:
+        return f"{b.platform} backend did not initialize within {timeout_s:g} s"
+    return f"{b.platform} backend {b.status.value}: {b.error}"
+
+
+def _install_hint(platform: str) -> str:
+    return {
+        "cuda": "pip install -U 'jax[cuda13]' (driver >= 580) or 'jax[cuda12]' (driver >= 525)",
+        "gpu": "pip install -U 'jax[cuda13]' (NVIDIA, driver >= 580) or see JAX's ROCm install guide (AMD)",
+        "rocm": "install the ROCm plugin (see JAX's ROCm install guide)",
+        "tpu": "pip install -U 'jax[tpu]'",
+    }.get(platform, f"install the JAX plugin that provides {platform}")
+
+
+def check_devices(ctx) -> Verdict:
+    inv = ctx.inventory()
+    exp = ctx.expectations
+    devices, scope = scoped_devices(ctx)
+    kinds = sorted({d.device_kind for d in devices})
+    details = {"scope": scope, "count": len(devices), "kinds": kinds, "expected_min": exp.min_devices, "expected_kind": exp.device_kind}
+    problems, remedies = [], []
+    if exp.min_devices is not None and len(devices) < exp.min_devices:
+        problems.append(f"{len(devices)} {scope} device(s), expected at least {exp.min_devices}")
+        remedies.append("check CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS and that every accelerator is attached (devctl list)")
+    if exp.device_kind is not None:
+        wrong = sorted({d.device_kind for d in devices if exp.device_kind.lower() not in d.device_kind.lower()})
+        if wrong or not devices:
+            found = ", ".join(wrong or kinds) or "none"
+            problems.append(f"device kind {found}, expected {exp.device_kind}")
+            remedies.append(f"run this job on a runner with {exp.device_kind} devices")
+    if problems:
+        return failed(join(problems), remedies[0], **details)
+    if not devices:
+        return failed(f"JAX sees no {scope} device", "run devctl doctor for a diagnosis", **details)
+    unused = [f"{u.name} at {u.location}: {u.reason}" for u in inv.unused_accelerators]
+    summary = f"{len(devices)} {scope} device(s): {', '.join(kinds)}"
+    if unused:
+        details["unused"] = unused
+        return warned(f"{summary}; {len(unused)} accelerator(s) unused: {join(unused, 1)}", "run devctl doctor", **details)
+    return passed(summary, **details)
+
+
+def check_memory(ctx) -> Verdict:
+    exp = ctx.expectations
+    devices, scope = scoped_devices(ctx)
+    limits = {f"{d.platform}:{d.id}": (d.memory_stats or {}).get("bytes_limit") for d in devices}
+    known = {k: v for k, v in limits.items() if v is not None}
+    details = {"bytes_limit": limits, "expected_min_bytes": exp.min_memory_bytes}
+    if not devices:
+        if exp.min_memory_bytes is not None:
+            return failed(f"no {scope} device to measure", "run devctl doctor for a diagnosis", **details)
+        return skipped(f"no {scope} device", **details)
+    if exp.min_memory_bytes is None:
+        if not known:
+            return skipped(f"{scope} devices report no memory_stats(), so no bytes_limit", **details)
+        low = min(known.values())
+        return passed(f"bytes_limit {format_bytes(low)} per device (lowest of {len(known)})", **details)
+    want = exp.min_memory_bytes
+    unknown = sorted(k for k, v in limits.items() if v is None)
+    short = sorted((k for k, v in known.items() if v < want), key=lambda k: known[k])
+    if short:
+        parts = [f"{k} bytes_limit {format_bytes(known[k])}" for k in short]
+        return failed(
+            f"{join(parts, 2)}, expected at least {format_bytes(want)}",
+            "free the device (another process may hold memory) or raise XLA_CLIENT_MEM_FRACTION; "
+            "or run on devices with more memory",
+            **details,
+        )
+    if unknown:
+        return failed(
+            f"cannot verify {format_bytes(want)}: {', '.join(unknown[:3])} report no memory_stats()",
+            "run on a backend that reports memory_stats() (CUDA, ROCm, TPU), or drop --min-memory",
+            **details,
+        )
+    return passed(f"bytes_limit >= {format_bytes(want)} on all {len(known)} device(s) (lowest {format_bytes(min(known.values()))})", **details)

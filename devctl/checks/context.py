@@ -1,0 +1,207 @@
+"""What the checks share: one inventory (one backend probe), one environment report, one health child.
+
+Each piece is computed at most once, in the background as soon as the
+selected checks are known to need it, so twelve checks cost two JAX starts
+(the backend probe and the health child) and not twelve.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any, Callable
+
+from devctl.hostroot import HostRoot
+from devctl.model.health import Expectations, HealthProbeResult
+from devctl.model.inventory import BackendStatus
+
+# What each check reads; the runner starts what the selection needs before the first check runs.
+NEEDS: dict[str, frozenset[str]] = {
+    "versions": frozenset({"environment"}),
+    "plugins": frozenset({"inventory"}),
+    "backends": frozenset({"inventory"}),
+    "devices": frozenset({"inventory"}),
+    "compute": frozenset({"inventory", "health"}),
+    "transfer": frozenset({"inventory", "health"}),
+    "memory": frozenset({"inventory"}),
+    "bandwidth": frozenset({"inventory", "health"}),
+    "nvml-health": frozenset({"hardware", "nvml"}),
+    "host": frozenset({"hardware", "host"}),
+    "tpu": frozenset({"hardware"}),
+    "env": frozenset(),
+}
+
+
+def _end_children() -> None:
+    """Kill the process groups of this process's own children (the probe children)."""
+    import os
+    import signal
+
+    import psutil
+
+    for child in psutil.Process().children(recursive=False):
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class Context:
+    def __init__(self, expectations: Expectations, host_root: str, checks: list[str]):
+        self.expectations = expectations
+        self.root = HostRoot(host_root)
+        self.checks = list(checks)
+        self.needs: set[str] = set().union(*(NEEDS[c] for c in checks)) if checks else set()
+        self.phases_s: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._futures: dict[str, Future] = {}
+        self._pool = ThreadPoolExecutor(max_workers=6, thread_name_prefix="devctl-check")
+        self._health_child = None  # started early, so jax imports while the backend probe runs
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin the slow shared work the selected checks need."""
+        if "inventory" in self.needs:
+            self._submit("inventory", self._collect_inventory)
+        if "environment" in self.needs:
+            self._submit("environment", self._collect_environment)
+        if "health" in self.needs:
+            from devctl.probe.health import start_health_probe
+
+            self._health_child = start_health_probe()
+            self._submit("health", self._run_health)
+        if "nvml" in self.needs:
+            self._submit("nvml", self._collect_nvml)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        child, self._health_child = self._health_child, None
+        if child is not None:  # started but never asked (a check raised first): let it go
+            from devctl.probe.health import cancel_health_probe
+
+            cancel_health_probe(child)
+
+    def __enter__(self) -> Context:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            self._interrupt()
+        self.close()
+
+    def _interrupt(self) -> None:
+        """Ctrl-C: the probes run in worker threads, which the interrupt does not reach, and in their own
+        sessions, which the terminal's SIGINT does not reach. End their children until they stop starting
+        new ones (the backend probe retries after a child dies)."""
+        deadline = time.monotonic() + 10
+        while any(not f.done() for f in self._futures.values()) and time.monotonic() < deadline:
+            _end_children()
+            wait(list(self._futures.values()), timeout=0.1)
+
+    # ---- shared data --------------------------------------------------------------------------
+
+    def inventory(self):
+        """devctl.inventory.Inventory: the backend probe and discovery, as `devctl list` reports them."""
+        return self._get("inventory", self._collect_inventory)
+
+    def environment(self):
+        """devctl.environment.EnvironmentReport: package versions and their findings."""
+        return self._get("environment", self._collect_environment)
+
+    def health(self) -> HealthProbeResult | None:
+        """The health child's results; None when no backend initialized (nothing to run it on)."""
+        return self._get("health", self._run_health)
+
+    def nvml(self):
+        """model.health.NvmlHealth: per-GPU health counters from NVML."""
+        return self._get("nvml", self._collect_nvml)
+
+    def hardware(self):
+        """devctl.inventory.Hardware, from the inventory when it is being collected anyway."""
+        if "inventory" in self.needs or "inventory" in self._futures:
+            return self.inventory().hardware
+        return self._get("hardware", self._discover_hardware)
+
+    def host(self):
+        """model.hardware.HostInfo of the inspected root."""
+        if "inventory" in self.needs or "inventory" in self._futures:
+            return self.inventory().host
+        return self._get("host", self._host_info)
+
+    def ok_platforms(self) -> list[str]:
+        """Platforms whose backend initialized: expected ones first, then by JAX's priority."""
+        ok = [b for b in self.inventory().backends if b.status is BackendStatus.OK and not b.plugin]
+        ok.sort(key=lambda b: (not self.expectations.wants_platform(b.platform), -(b.priority or 0)))
+        return [b.platform for b in ok]
+
+    # ---- how each piece is made -----------------------------------------------------------------
+
+    def _submit(self, key: str, fn: Callable[[], Any]) -> Future:
+        with self._lock:
+            if key not in self._futures:
+                self._futures[key] = self._pool.submit(self._timed, key, fn)
+            return self._futures[key]
+
+    def _get(self, key: str, fn: Callable[[], Any]) -> Any:
+        return self._submit(key, fn).result()
+
+    def _timed(self, key: str, fn: Callable[[], Any]) -> Any:
+        started = time.monotonic()
+        try:
+            return fn()
+        finally:
+            # The health child waits for the inventory first; its own time is recorded apart (see _run_health).
+            self.phases_s.setdefault(key, round(time.monotonic() - started, 3))
+
+    def _collect_inventory(self):
+        from devctl.inventory import collect_inventory
+
+        # Every backend, not only the expected ones: a broken plugin breaks the user's jax.devices() too.
+        return collect_inventory(platforms=None, timeout_s=self.expectations.timeout_s, host_root=self.root.root)
+
+    def _collect_environment(self):
+        from devctl.environment import collect_environment
+
+        return collect_environment()
+
+    def _run_health(self) -> HealthProbeResult | None:
+        from devctl.probe.health import cancel_health_probe, run_health_probe
+
+        platforms = self.ok_platforms()  # waits for the inventory (if that raises, close() cancels the child)
+        child, self._health_child = self._health_child, None
+        if not platforms:
+            if child is not None:
+                cancel_health_probe(child)
+            return None
+        started = time.monotonic()
+        try:
+            return run_health_probe(
+                platforms,
+                child=child,
+                skip_plugins=[b.plugin for b in self.inventory().backends if b.plugin],
+                compute="compute" in self.checks,
+                transfer="transfer" in self.checks,
+                bandwidth="bandwidth" in self.checks,
+                bandwidth_all_devices=self.expectations.min_h2d_gbps is not None,
+                timeout_s=self.expectations.timeout_s,
+            )
+        finally:
+            self.phases_s["health"] = round(time.monotonic() - started, 3)
+
+    def _collect_nvml(self):
+        from devctl.checks.nvml import collect_nvml_health
+
+        return collect_nvml_health(self.root)
+
+    def _discover_hardware(self):
+        from devctl.inventory import discover_hardware
+
+        return discover_hardware(self.root)
+
+    def _host_info(self):
+        from devctl.discovery.host import host_info
+
+        return host_info(self.root)

@@ -1,0 +1,279 @@
+"""`devctl bench transfer`: what was asked, what was measured, and how it compares.
+
+Pure stdlib on purpose: the CLI (which must not import jax or numpy) and the
+probe child both build and read these records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+SCHEMA = "devctl.bench.transfer/1"
+
+DIRECTIONS = ("h2d", "d2h", "d2d", "d2d-self")
+LAYOUTS = ("single", "sharded", "replicated")
+
+# Per direction, the variants JAX offers; the first is what a plain JAX call does.
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "h2d": ("pageable", "aligned", "pinned"),
+    # The first variant is the default: a real, writable host copy (np.asarray may return a view on CPU).
+    "d2h": ("copy", "numpy", "pinned", "async"),
+    "d2d": ("put", "donate"),
+    "d2d-self": ("put", "donate"),
+}
+VARIANT_HELP = {
+    ("h2d", "pageable"): "jax.device_put(numpy array as numpy allocates it)",
+    ("h2d", "aligned"): "jax.device_put(page-aligned numpy array), which JAX may alias instead of copying",
+    ("h2d", "pinned"): "jax.device_put(array in pinned_host memory) to device memory",
+    ("d2h", "numpy"): "np.asarray(fresh device array)",
+    ("d2h", "copy"): "np.array(fresh device array, copy=True): a writable host copy",
+    ("d2h", "pinned"): "jax.device_put(fresh device array, pinned_host sharding), then np.asarray",
+    ("d2h", "async"): "x.copy_to_host_async(), then np.asarray(x)",
+    ("d2d", "put"): "jax.device_put(x, other device)",
+    ("d2d", "donate"): "jax.device_put(fresh x, other device, donate=True)",
+    ("d2d-self", "put"): "jax.device_put(x, same device, may_alias=False)",
+    ("d2d-self", "donate"): "jax.device_put(fresh x, same device, may_alias=False, donate=True)",
+}
+ALL_VARIANTS = tuple(dict.fromkeys(v for names in VARIANTS.values() for v in names))
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+# Powers of four keep the default sweep to nine sizes: latency at the small end, bandwidth at the large.
+DEFAULT_SIZES = tuple(4 * KIB * 4**i for i in range(9))  # 4K .. 256M
+LARGE_SIZE = GIB  # added to the default sweep only where the device has room for it
+QUICK_SIZES = (4 * KIB, 16 * MIB)
+
+DEFAULT_REPEATS = 3  # nvbandwidth takes the median of 3 samples; small sizes get many more from --min-time
+DEFAULT_MIN_TIME_S = 0.03
+DEFAULT_WARMUPS = 2
+QUICK_REPEATS = 3
+QUICK_MIN_TIME_S = 0.01
+QUICK_WARMUPS = 1
+
+
+def main_variant(direction: str) -> str:
+    return VARIANTS[direction][0]
+
+
+@dataclass(frozen=True)
+class TransferOptions:
+    """A validated request; the CLI builds it, the probe child reads it back from JSON."""
+
+    directions: tuple[str, ...] = DIRECTIONS
+    variants: tuple[str, ...] | None = None  # None: each direction's main variant only
+    layouts: tuple[str, ...] = ("single",)
+    sizes_bytes: tuple[int, ...] | None = None  # None: the default sweep, decided where devices are known
+    devices: tuple[int, ...] | None = None  # None: the first local device; () : every local device
+    src: int | None = None
+    dst: int | None = None
+    all_pairs: bool = False  # d2d: every ordered pair at every size
+    repeats: int = DEFAULT_REPEATS
+    min_time_s: float = DEFAULT_MIN_TIME_S
+    warmups: int = DEFAULT_WARMUPS
+    verify: bool = True
+    quick: bool = False
+
+    def variants_for(self, direction: str, layout: str) -> tuple[str, ...]:
+        # Mesh layouts measure what a plain call does; variants are single-device questions.
+        if self.variants is None or layout != "single":
+            return (main_variant(direction),)
+        # A direction that offers none of the named variants still gets its plain call measured.
+        return tuple(v for v in VARIANTS[direction] if v in self.variants) or (main_variant(direction),)
+
+    def to_request(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_request(cls, data: dict) -> TransferOptions:
+        known = {f.name for f in fields(cls)}
+        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in known}
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One measured (or skipped) transfer: a direction, variant, layout, size and path."""
+
+    direction: str
+    variant: str
+    layout: str
+    size_bytes: int
+    src: str
+    dst: str
+    devices_involved: int = 1
+    bytes_moved: int | None = None  # bytes that really crossed, e.g. N x size for a replicated put
+    samples: int = 0
+    min_s: float | None = None
+    p10_s: float | None = None
+    median_s: float | None = None
+    p90_s: float | None = None
+    max_s: float | None = None
+    mean_s: float | None = None
+    cv: float | None = None
+    gbps: float | None = None  # decimal GB/s from the median; None when zero-copy or skipped
+    peak_gbps: float | None = None  # from the fastest sample, for comparison with event-timed tools
+    per_device_gbps: float | None = None
+    zero_copy: bool = False
+    verified: bool | None = None  # None: not checked (--no-verify or skipped)
+    roof: str | None = None  # "pcie" or "host_memcpy"
+    roof_gbps: float | None = None
+    pct_of_roof: float | None = None
+    roof_reason: str | None = None
+    skipped: bool = False
+    note: str | None = None
+
+    @property
+    def key(self) -> tuple:
+        return (self.direction, self.variant, self.layout, self.size_bytes, self.src, self.dst)
+
+
+@dataclass(frozen=True)
+class MemcpyRoof:
+    """numpy.copyto into a warm, preallocated buffer of the same size: the host's own copy speed."""
+
+    size_bytes: int
+    samples: int
+    median_s: float | None
+    gbps: float | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """An NVIDIA GPU's PCIe link from NVML: the peak from the maximum generation and width, and what was seen."""
+
+    device: str
+    pci_bus_id: str | None = None
+    max_gen: int | None = None
+    max_width: int | None = None
+    gpu_max_gen: int | None = None
+    peak_gbps: float | None = None
+    seen_gen: int | None = None  # highest generation read right after this device's transfers
+    seen_width: int | None = None
+    below_max: bool | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Roofs:
+    host_memcpy: tuple[MemcpyRoof, ...] = ()
+    pcie: tuple[PcieLink, ...] = ()
+    pcie_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    id: int
+    name: str  # "cpu:0", "cuda:1"
+    platform: str
+    device_kind: str
+    memory_kinds: tuple[str, ...] = ()
+    bytes_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class Fastest:
+    """The quickest measured variant of one direction and layout at its largest measured size."""
+
+    direction: str
+    layout: str
+    size_bytes: int
+    variant: str | None
+    gbps: float | None
+    roof: str | None = None
+    roof_gbps: float | None = None
+    pct_of_roof: float | None = None
+    zero_copy_variants: tuple[str, ...] = ()
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Regression:
+    direction: str
+    variant: str
+    layout: str
+    size_bytes: int
+    src: str
+    dst: str
+    baseline_gbps: float
+    gbps: float | None
+    change_pct: float | None
+
+
+@dataclass(frozen=True)
+class Gate:
+    baseline: str
+    max_regression_pct: float
+    compared: int  # cells present in both runs with a bandwidth in the baseline
+    passed: bool
+    regressions: tuple[Regression, ...] = ()
+
+
+@dataclass(frozen=True)
+class TransferReport:
+    results: tuple[Cell, ...]
+    roofs: Roofs
+    fastest: tuple[Fastest, ...]
+    devices: tuple[DeviceInfo, ...]
+    environment: dict = field(default_factory=dict)
+    gate: Gate | None = None
+    schema: str = SCHEMA
+
+
+def cell_from_dict(data: dict) -> Cell:
+    known = {f.name for f in fields(Cell)}
+    return Cell(**{k: v for k, v in data.items() if k in known})
+
+
+def fastest_paths(cells: tuple[Cell, ...] | list[Cell]) -> tuple[Fastest, ...]:
+    """Per direction and layout, the variant with the highest GB/s at the largest size measured."""
+    groups: dict[tuple[str, str], list[Cell]] = {}
+    for c in cells:
+        if not c.skipped:
+            groups.setdefault((c.direction, c.layout), []).append(c)
+    out = []
+    for (direction, layout), group in groups.items():
+        top = max(c.size_bytes for c in group)
+        at_top = [c for c in group if c.size_bytes == top]
+        zero = tuple(dict.fromkeys(c.variant for c in at_top if c.zero_copy))
+        # A cell whose bytes did not arrive intact is not a path anyone should take.
+        measured = [c for c in at_top if c.gbps is not None and c.verified is not False]
+        if not measured:
+            note = "every variant was zero-copy here: no bytes move" if zero else "nothing measured at this size"
+            out.append(Fastest(direction, layout, top, None, None, zero_copy_variants=zero, note=note))
+            continue
+        best = max(measured, key=lambda c: c.gbps)
+        out.append(
+            Fastest(
+                direction, layout, top, best.variant, best.gbps, best.roof, best.roof_gbps, best.pct_of_roof, zero
+            )
+        )
+    return tuple(out)
+
+
+def compare_with_baseline(
+    cells: tuple[Cell, ...] | list[Cell], baseline: list[dict], max_regression_pct: float, baseline_name: str
+) -> Gate:
+    """Cell by cell: a cell regresses when its GB/s falls more than the allowed share below the baseline's."""
+    base = {}
+    for item in baseline:
+        try:
+            b = cell_from_dict(item)
+        except TypeError:
+            continue
+        if b.gbps is not None:
+            base[b.key] = b
+    compared = 0
+    regressions = []
+    floor = 1 - max_regression_pct / 100
+    for c in cells:
+        b = base.get(c.key)
+        if b is None:
+            continue
+        compared += 1
+        # A cell that measured nothing now, where the baseline measured something, has regressed.
+        if c.gbps is None or c.gbps < b.gbps * floor:
+            change = None if c.gbps is None else (c.gbps / b.gbps - 1) * 100
+            regressions.append(
+                Regression(c.direction, c.variant, c.layout, c.size_bytes, c.src, c.dst, b.gbps, c.gbps, change)
+            )
+    return Gate(baseline_name, max_regression_pct, compared, not regressions, tuple(regressions))

@@ -1,0 +1,422 @@
+"""`devctl bench transfer` against real CPU JAX with 4 forced devices, run as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from conftest import assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
+
+SMALL = ("--sizes", "4K,1M", "--repeats", "3", "--min-time", "0.005")
+KIB, MIB = 1 << 10, 1 << 20
+
+
+def cpu_env(devices: int = 4) -> dict[str, str]:
+    # CPU even on a GPU machine: these tests are about the method, not the hardware.
+    return devctl_env(devices, JAX_PLATFORMS="cpu")
+
+
+def bench(*args: str, env=None, expect_code: int = 0) -> dict:
+    doc = run_json("bench", "transfer", *args, env=env or cpu_env(), expect_code=expect_code)
+    validate_schema(doc, "bench.transfer")
+    return doc
+
+
+def cells(doc: dict, **match) -> list[dict]:
+    return [c for c in doc["results"] if all(c[k] == v for k, v in match.items())]
+
+
+def one(doc: dict, **match) -> dict:
+    found = cells(doc, **match)
+    assert len(found) == 1, (match, found)
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def main_run() -> dict:
+    return bench(*SMALL)
+
+
+@pytest.fixture(scope="module")
+def variants_run() -> dict:
+    return bench(*SMALL, "--variants", "all")
+
+
+# ---- directions and the method ----------------------------------------------------------------------
+
+
+def test_default_directions_main_variants(main_run):
+    doc = main_run
+    assert doc["schema"] == "devctl.bench.transfer/1"
+    assert {(c["direction"], c["variant"]) for c in doc["results"]} == {
+        ("h2d", "pageable"),
+        ("d2h", "copy"),
+        ("d2d", "put"),
+        ("d2d-self", "put"),
+    }
+    for size in (4 * KIB, MIB):
+        h2d = one(doc, direction="h2d", size_bytes=size)
+        assert (h2d["src"], h2d["dst"]) == ("host", "cpu:0")
+        assert h2d["gbps"] > 0 and not h2d["zero_copy"] and h2d["bytes_moved"] == size
+        assert h2d["samples"] >= 3
+        assert h2d["min_s"] <= h2d["p10_s"] <= h2d["median_s"] <= h2d["p90_s"] <= h2d["max_s"]
+        assert h2d["gbps"] == pytest.approx(size / h2d["median_s"] / 1e9)
+        d2d = one(doc, direction="d2d", size_bytes=size)
+        assert (d2d["src"], d2d["dst"]) == ("cpu:0", "cpu:1")
+        self_copy = one(doc, direction="d2d-self", size_bytes=size)
+        assert (self_copy["src"], self_copy["dst"]) == ("cpu:0", "cpu:0")
+        # may_alias=False makes a same-device put a real copy, not the no-op it is by default.
+        assert not self_copy["zero_copy"] and self_copy["gbps"] > 0
+        d2h = one(doc, direction="d2h", size_bytes=size)
+        # The default device-to-host is a real copy: never the view np.asarray gives on CPU.
+        assert not d2h["zero_copy"] and d2h["gbps"] > 0
+
+
+def test_every_cell_verified_by_default_and_has_a_roof(main_run):
+    for c in main_run["results"]:
+        assert c["verified"] is True, c
+        assert c["roof"] == "host_memcpy" and c["roof_gbps"] > 0
+        if c["gbps"] is not None:
+            assert c["pct_of_roof"] == pytest.approx(100 * c["gbps"] / c["roof_gbps"])
+    memcpy = main_run["roofs"]["host_memcpy"]
+    assert [r["size_bytes"] for r in memcpy] == [4 * KIB, MIB] and all(r["gbps"] > 0 for r in memcpy)
+    assert main_run["roofs"]["pcie"] == [] and "no GPU" in main_run["roofs"]["pcie_reason"]
+
+
+def test_devices_and_environment_recorded(main_run):
+    assert [d["name"] for d in main_run["devices"]] == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+    assert "pinned_host" in main_run["devices"][0]["memory_kinds"]
+    env = main_run["environment"]
+    assert env["sizes_bytes"] == [4 * KIB, MIB] and env["repeats"] == 3 and env["verify"] is True
+    assert env["jax"] and env["backend"] == "cpu"
+
+
+def test_d2h_on_cpu_is_a_view_and_reported_as_such(variants_run):
+    # CPU np.asarray returns a view of the device buffer: timing it as bandwidth would be a lie.
+    numpy_cells = cells(variants_run, direction="d2h", variant="numpy")
+    assert numpy_cells
+    for c in numpy_cells:
+        assert c["zero_copy"] is True and c["gbps"] is None and c["bytes_moved"] == 0
+        assert "zero-copy" in c["note"]
+
+
+def test_all_variants(variants_run):
+    doc = variants_run
+    seen = {(c["direction"], c["variant"]) for c in doc["results"]}
+    assert seen == {
+        ("h2d", "pageable"), ("h2d", "aligned"), ("h2d", "pinned"),
+        ("d2h", "numpy"), ("d2h", "copy"), ("d2h", "pinned"), ("d2h", "async"),
+        ("d2d", "put"), ("d2d", "donate"),
+        ("d2d-self", "put"), ("d2d-self", "donate"),
+    }  # fmt: skip
+    for c in doc["results"]:
+        assert not c["skipped"], c  # CPU devices offer pinned_host memory
+        assert c["verified"] is True, c
+    # Real copies on CPU: a pinned_host round trip, an owned numpy copy, a donated put to another device.
+    for direction, variant in (("h2d", "pinned"), ("d2h", "copy"), ("d2h", "pinned"), ("d2d", "donate")):
+        c = one(doc, direction=direction, variant=variant, size_bytes=MIB)
+        assert c["gbps"] > 0 and not c["zero_copy"], c
+    # Donating to the same device hands the buffer over: nothing is copied.
+    donated = one(doc, direction="d2d-self", variant="donate", size_bytes=MIB)
+    assert donated["zero_copy"] and donated["gbps"] is None
+
+
+def test_zero_copy_alias_is_flagged_not_reported_as_bandwidth(variants_run):
+    # XLA's CPU client aliases a 64-byte-aligned numpy array instead of copying it.
+    aligned = one(variants_run, direction="h2d", variant="aligned", size_bytes=MIB)
+    assert aligned["zero_copy"] is True
+    assert aligned["gbps"] is None and aligned["peak_gbps"] is None and aligned["pct_of_roof"] is None
+    assert aligned["bytes_moved"] == 0 and aligned["median_s"] > 0
+    assert "aliases the numpy buffer" in aligned["note"]
+    pageable = one(variants_run, direction="h2d", variant="pageable", size_bytes=MIB)
+    assert pageable["zero_copy"] is False and pageable["gbps"] > 0
+
+
+def test_fastest_path_named_per_direction(variants_run):
+    fastest = {f["direction"]: f for f in variants_run["fastest"]}
+    assert set(fastest) == {"h2d", "d2h", "d2d", "d2d-self"}
+    h2d = fastest["h2d"]
+    assert h2d["size_bytes"] == MIB and h2d["variant"] in ("pageable", "pinned")  # never the alias
+    assert "aligned" in h2d["zero_copy_variants"]
+    measured = [c["gbps"] for c in cells(variants_run, direction="h2d", size_bytes=MIB) if c["gbps"]]
+    assert h2d["gbps"] == max(measured)
+    assert fastest["d2h"]["variant"] in ("copy", "pinned") and "numpy" in fastest["d2h"]["zero_copy_variants"]
+
+
+def test_sharded_and_replicated():
+    doc = bench(*SMALL, "--sharded", "--replicated")
+    assert {c["layout"] for c in doc["results"]} == {"sharded", "replicated"}
+    for c in doc["results"]:
+        assert c["verified"] is True, c
+    sharded = one(doc, direction="h2d", layout="sharded", size_bytes=MIB)
+    assert (sharded["src"], sharded["dst"]) == ("host", "cpu:all")
+    assert sharded["bytes_moved"] == MIB and sharded["devices_involved"] == 4
+    assert sharded["per_device_gbps"] == pytest.approx(sharded["gbps"] / 4)
+    # Replicating from numpy sends the whole array to every device.
+    replicated = one(doc, direction="h2d", layout="replicated", size_bytes=MIB)
+    assert replicated["bytes_moved"] == 4 * MIB
+    # A broadcast from device 0 moves at most three copies: the one that stays home may alias the source.
+    bcast = one(doc, direction="d2d", layout="replicated", size_bytes=MIB)
+    assert bcast["src"] == "cpu:0" and bcast["bytes_moved"] in (3 * MIB, 4 * MIB)
+    rotated = one(doc, direction="d2d", layout="sharded", size_bytes=MIB)
+    assert rotated["bytes_moved"] == MIB and rotated["gbps"] > 0
+
+
+def test_sharded_size_rounded_to_the_device_count():
+    doc = bench("--sizes", "1001", "--repeats", "3", "--sharded", "--direction", "h2d")
+    c = one(doc, direction="h2d")
+    assert c["size_bytes"] == 1000 and "multiple of 4 devices" in c["note"] and c["verified"] is True
+
+
+def test_chosen_pair_and_all_pairs():
+    doc = bench(*SMALL, "--direction", "d2d", "--src", "2", "--dst", "1")
+    assert {(c["src"], c["dst"]) for c in doc["results"]} == {("cpu:2", "cpu:1")}
+    doc = bench("--sizes", "4K", "--repeats", "3", "--direction", "d2d", "--all-pairs")
+    pairs = {(c["src"], c["dst"]) for c in doc["results"]}
+    assert len(pairs) == 12 and all(s != d for s, d in pairs)
+
+
+def test_device_all_and_no_verify():
+    doc = bench("--sizes", "4K", "--repeats", "3", "--direction", "h2d,d2d-self", "--device", "all", "--no-verify")
+    assert {c["dst"] for c in cells(doc, direction="h2d")} == {"cpu:0", "cpu:1", "cpu:2", "cpu:3"}
+    assert all(c["verified"] is None for c in doc["results"])
+
+
+def test_single_device_skips_d2d_with_a_note():
+    doc = bench("--sizes", "4K", "--repeats", "3", "--direction", "d2d", env=cpu_env(1))
+    c = one(doc, direction="d2d")
+    assert c["skipped"] and c["gbps"] is None and c["samples"] == 0 and "2 devices" in c["note"]
+
+
+def test_huge_size_is_skipped_not_crashed():
+    doc = bench("--sizes", "4K,16T", "--repeats", "3", "--direction", "h2d")
+    huge = one(doc, size_bytes=16 << 40)
+    assert huge["skipped"] and "host memory" in huge["note"]
+    assert one(doc, size_bytes=4 * KIB)["gbps"] > 0
+
+
+def test_quick_runs_and_validates():
+    doc = bench("--quick")
+    assert doc["environment"]["quick"] is True
+    assert len(doc["environment"]["sizes_bytes"]) <= 3
+    assert one(doc, direction="h2d", size_bytes=max(doc["environment"]["sizes_bytes"]))["gbps"] > 0
+
+
+# ---- text output -------------------------------------------------------------------------------------
+
+
+def test_table_chart_and_summary_on_stdout_nothing_on_stderr():
+    proc = run_devctl("bench", "transfer", *SMALL, "--variants", "main,aligned", env=cpu_env())
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "GB/s" in out and "% of roof" in out and "Median" in out
+    assert "Bandwidth against size" in out and "█" in out
+    assert "Fastest h2d at 1M" in out and "Roof, host memcpy" in out
+    assert "zero-copy" in out
+    assert "\x1b[" not in out  # plain text off a terminal
+    assert proc.stderr == ""  # no progress bar when stderr is not a terminal
+
+
+def test_progress_bar_only_on_a_terminal():
+    master, slave = pty.openpty()
+    chunks: list[bytes] = []
+
+    def drain():  # read while the child writes, so a full pty buffer never blocks it
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO once the child's side is closed
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "devctl", "bench", "transfer", "--sizes", "4K", "--repeats", "3", "--json"],
+            env=cpu_env(),
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            timeout=120,
+        )
+    finally:
+        os.close(slave)
+        reader.join(timeout=10)
+        os.close(master)
+    assert proc.returncode == 0
+    json.loads(proc.stdout)  # stdout stays one clean JSON document
+    assert b"".join(chunks).strip(), "expected a progress display on a terminal stderr"
+
+
+# ---- the regression gate -----------------------------------------------------------------------------
+
+GATE_ARGS = ("--sizes", "4K,1M", "--repeats", "3", "--direction", "h2d,d2d-self")
+
+
+@pytest.fixture(scope="module")
+def baseline_doc() -> dict:
+    return bench(*GATE_ARGS)
+
+
+def test_gate_passes_against_itself_with_a_generous_threshold(tmp_path, baseline_doc):
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps(baseline_doc))
+    proc = run_devctl("bench", "transfer", *GATE_ARGS, "--baseline", str(path), "--max-regression", "99%", "--json", env=cpu_env())
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    validate_schema(doc, "bench.transfer")
+    assert doc["gate"]["passed"] is True and doc["gate"]["compared"] == 4 and doc["gate"]["regressions"] == []
+
+
+def test_gate_fails_and_names_the_cells_below(tmp_path, baseline_doc):
+    inflated = json.loads(json.dumps(baseline_doc))
+    for c in inflated["results"]:
+        if c["gbps"] is not None:
+            c["gbps"] *= 1000
+    path = tmp_path / "fast.json"
+    path.write_text(json.dumps(inflated))
+    proc = run_devctl("bench", "transfer", *GATE_ARGS, "--baseline", str(path), "--max-regression", "10%", env=cpu_env())
+    assert proc.returncode == 1, proc.stderr
+    assert "4 of 4 cells fell more than 10% below the baseline" in proc.stderr
+    assert "h2d pageable single 4K host->cpu:0" in proc.stderr
+    assert "d2d-self put single 1M cpu:0->cpu:0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    doc = run_json("bench", "transfer", *GATE_ARGS, "--baseline", str(path), env=cpu_env(), expect_code=1)
+    validate_schema(doc, "bench.transfer")
+    assert doc["gate"]["passed"] is False and doc["gate"]["max_regression_pct"] == 10
+    assert len(doc["gate"]["regressions"]) == 4
+
+
+def test_gate_with_no_matching_cell_is_bad_input(tmp_path, baseline_doc):
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps(baseline_doc))
+    proc = run_devctl("bench", "transfer", "--sizes", "8K", "--repeats", "3", "--direction", "h2d", "--baseline", str(path), env=cpu_env())
+    assert_usage_error(proc, "no cell matching")
+
+
+# ---- bad input ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--sizes", "12Q"), "'12Q'"),
+        (("--sizes", "0"), "'0'"),
+        (("--sizes", "4K,,1M"), "empty entry"),
+        (("--repeats", "-1"), "--repeats"),
+        (("--repeats", "0"), "--repeats"),
+        (("--warmups", "-2"), "--warmups"),
+        (("--min-time", "-1"), "--min-time"),
+        (("--direction", "sideways"), "'sideways'"),
+        (("--variants", "teleport"), "'teleport'"),
+        (("--direction", "h2d", "--variants", "donate"), "'donate'"),
+        (("--device", "gpu0"), "'gpu0'"),
+        (("--src", "1", "--dst", "1"), "d2d-self"),
+        (("--max-regression", "10%"), "--baseline"),
+        (("--timeout", "0"), "--timeout"),
+    ],
+)
+def test_bad_flags_fail_fast_with_one_line(args, needle):
+    proc = run_devctl("bench", "transfer", *args, env=cpu_env())
+    assert_usage_error(proc, needle)
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--direction", "d2d", "--src", "9"), "unknown device id 9 for --src"),
+        (("--direction", "d2d", "--dst", "7"), "unknown device id 7 for --dst"),
+        (("--device", "5"), "unknown device id 5 for --device"),
+    ],
+)
+def test_unknown_device_is_bad_input(args, needle):
+    proc = run_devctl("bench", "transfer", "--sizes", "4K", "--repeats", "3", *args, env=cpu_env())
+    assert_usage_error(proc, needle, "0, 1, 2, 3")
+
+
+def test_bad_baselines(tmp_path):
+    missing = tmp_path / "missing.json"
+    not_json = tmp_path / "garbage.json"
+    not_json.write_text("{ this is not json")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"schema": "devctl.list/1", "devices": []}))
+    for path, needle in ((missing, "no such file"), (not_json, "is not JSON"), (other, "not a devctl bench transfer result")):
+        proc = run_devctl("bench", "transfer", "--baseline", str(path), env=cpu_env())
+        assert_usage_error(proc, needle)
+    bad_pct = tmp_path / "ok.json"
+    bad_pct.write_text(json.dumps({"schema": "devctl.bench.transfer/1", "results": []}))
+    assert_usage_error(run_devctl("bench", "transfer", "--baseline", str(bad_pct), "--max-regression", "150%", env=cpu_env()), "150%")
+
+
+# ---- pure functions ----------------------------------------------------------------------------------
+
+
+def test_pcie_peak_table():
+    from devctl.probe.transfer import pcie_peak_gbps
+
+    assert pcie_peak_gbps(5, 16) == pytest.approx(63.0, abs=0.02)
+    assert pcie_peak_gbps(4, 16) == pytest.approx(31.5, abs=0.02)
+    assert pcie_peak_gbps(3, 16) == pytest.approx(15.75, abs=0.02)
+    assert pcie_peak_gbps(2, 16) == pytest.approx(8.0)
+    assert pcie_peak_gbps(4, 8) == pytest.approx(15.75, abs=0.02)
+    assert pcie_peak_gbps(None, 16) is None and pcie_peak_gbps(9, 16) is None
+
+
+def test_compare_with_baseline_rules():
+    from devctl.model.bench import Cell, compare_with_baseline
+
+    def cell(gbps, size=4096, zero=False):
+        return Cell("h2d", "pageable", "single", size, "host", "cpu:0", gbps=gbps, zero_copy=zero)
+
+    base = [{**cell(10.0).__dict__}, {**cell(10.0, size=8192).__dict__}, {**cell(None, size=1 << 20).__dict__}]
+    gate = compare_with_baseline([cell(9.5), cell(8.0, size=8192), cell(1.0, size=1 << 20)], base, 10, "b.json")
+    assert gate.compared == 2 and not gate.passed  # the baseline cell without bandwidth is not compared
+    assert [(r.size_bytes, round(r.change_pct)) for r in gate.regressions] == [(8192, -20)]
+    gate = compare_with_baseline([cell(None, zero=True)], base[:1], 10, "b.json")
+    assert not gate.passed and gate.regressions[0].gbps is None  # measured before, nothing now
+
+
+def test_chart_bar():
+    from devctl.render.bench import bar
+
+    assert bar(1.0, 4) == "████" and bar(0.5, 4) == "██  " and bar(0.0, 4).strip() == "▏"
+
+
+# ---- a real GPU --------------------------------------------------------------------------------------
+
+
+def _nvidia_gpu_present() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetCount() > 0
+    except Exception:
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _nvidia_gpu_present(), reason="needs an NVIDIA GPU with NVML")
+def test_gpu_quick_h2d_against_the_pcie_roof():
+    env = devctl_env(1)
+    env.pop("XLA_FLAGS", None)
+    doc = run_json("bench", "transfer", "--quick", env=env, timeout=300)
+    validate_schema(doc, "bench.transfer")
+    gpus = {d["name"] for d in doc["devices"] if d["platform"] == "gpu"}
+    assert "cuda" in f'{doc["environment"]["backend"]} {doc["environment"]["platform_version"]}'.lower()
+    h2d = [c for c in doc["results"] if c["direction"] == "h2d" and c["dst"] in gpus]
+    assert h2d and all(c["verified"] for c in h2d)
+    big = max(h2d, key=lambda c: c["size_bytes"])
+    assert big["gbps"] > 0 and not big["zero_copy"]
+    links = [link for link in doc["roofs"]["pcie"] if link["peak_gbps"]]
+    assert links, doc["roofs"]
+    assert big["roof"] == "pcie" and big["roof_gbps"] == pytest.approx(links[0]["peak_gbps"])
+    assert 0 < big["pct_of_roof"] <= 100

@@ -1,0 +1,397 @@
+"""`devctl check` end to end: each verdict from a real condition, exit codes, JSON, JUnit, annotations, config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import ROOT, assert_usage_error, devctl_env, run_devctl, validate_schema
+from hosttrees import nvidia_host, tpu_v4_host, tpu_v5e_host
+from plugin_packages import write_plugin
+
+from devctl.checks import CHECK_NAMES
+
+GIB = 1 << 30
+
+
+def _doc(proc: subprocess.CompletedProcess, code: int) -> dict:
+    assert proc.returncode == code, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    doc = json.loads(proc.stdout)
+    validate_schema(doc, "check")
+    return doc
+
+
+def _by_name(doc: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in doc["checks"]}
+
+
+def _with_site(site: Path, **extra: str) -> dict[str, str]:
+    return devctl_env(devices=2, PYTHONPATH=f"{site}{os.pathsep}{devctl_env()['PYTHONPATH']}", **extra)
+
+
+def _dist_info(site: Path, name: str, version: str) -> None:
+    d = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+# ---- a healthy CPU runner ---------------------------------------------------------------------------
+
+
+def test_default_check_passes_on_a_cpu_runner_with_json_and_junit(tmp_path):
+    junit = tmp_path / "report.xml"
+    proc = run_devctl("check", "--json", "--junit-xml", str(junit), env=devctl_env(devices=4), cwd=tmp_path)
+    doc = _doc(proc, 0)
+    checks = _by_name(doc)
+    assert list(checks) == list(CHECK_NAMES)
+    assert {n: c["status"] for n, c in checks.items()} == {
+        "versions": "pass", "plugins": "pass", "backends": "pass", "devices": "pass", "compute": "pass",
+        "transfer": "pass", "memory": "skip", "bandwidth": "pass", "nvml-health": "skip", "host": "pass",
+        "tpu": "skip", "env": "pass",
+    }  # fmt: skip
+    assert doc["status"] == "pass" and doc["expectations"]["platforms"] is None
+    assert checks["compute"]["details"]["trials"] == 8  # matmul and sum on each of 4 devices
+    assert checks["transfer"]["details"] == {"round_trips": 4, "pairs": 12, "size_bytes": (1 << 20) + 13}
+    assert checks["bandwidth"]["details"]["cells"][0]["gbps"] > 0
+    assert "no memory_stats" in checks["memory"]["message"]
+    assert all(c["duration_s"] >= 0 and c["message"] for c in doc["checks"])
+
+    suite = ET.parse(junit).getroot().find("testsuite")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert list(cases) == list(CHECK_NAMES)
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("12", "0", "3")
+    assert cases["memory"].find("skipped") is not None and cases["compute"].find("failure") is None
+
+
+def test_unmet_expectations_fail_with_a_table_junit_and_github_annotations(tmp_path):
+    junit = tmp_path / "out.xml"
+    proc = run_devctl(
+        "check", "--platform", "cpu", "--min-devices", "8", "--device-kind", "H100", "--min-memory", "1GiB",
+        "--min-h2d", "100000GB/s", "--only", "devices,memory,bandwidth,compute", "--junit-xml", str(junit),
+        env=devctl_env(devices=2, GITHUB_ACTIONS="true"), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.split() and line.split()[0] in CHECK_NAMES}
+    assert list(rows) == ["devices", "compute", "memory", "bandwidth"]
+    assert "FAIL" in rows["devices"] and "2 cpu device(s), expected at least 8" in rows["devices"] and "expected H100" in rows["devices"]
+    assert "FAIL" in rows["memory"] and "cannot verify" in rows["memory"]
+    assert "FAIL" in rows["bandwidth"] and "expected at least 100000 GB/s" in rows["bandwidth"]
+    assert " pass " in rows["compute"]
+    assert "FAIL: 1 passed, 3 failed" in proc.stdout
+
+    annotations = [ln for ln in proc.stderr.splitlines() if ln.startswith("::")]
+    assert len(annotations) == 3
+    assert annotations[0].startswith("::error title=devctl check%3A devices::2 cpu device(s)")
+
+    suite = ET.parse(junit).getroot().find("testsuite")
+    failures = {c.get("name"): c.find("failure") for c in suite.iter("testcase")}
+    assert suite.get("failures") == "3" and failures["compute"] is None
+    assert "expected at least 8" in failures["devices"].get("message")
+    assert "remediation:" in failures["bandwidth"].text
+
+
+# ---- env and versions: real variables, real package metadata ------------------------------------------
+
+
+def test_env_warning_passes_unless_strict():
+    env = devctl_env(JAX_PLATFORM_NAME="cpu")
+    doc = _doc(run_devctl("check", "--only", "env", "--json", env=env), 0)
+    assert doc["status"] == "warn" and doc["checks"][0]["status"] == "warn"
+    assert "JAX_PLATFORM_NAME" in doc["checks"][0]["message"] and "JAX_PLATFORMS" in doc["checks"][0]["remediation"]
+    strict = _doc(run_devctl("check", "--only", "env", "--strict", "--json", env=env), 1)
+    assert strict["strict"] and strict["checks"][0]["status"] == "fail"
+
+
+def test_env_values_jax_rejects_fail():
+    env = devctl_env(
+        XLA_PYTHON_CLIENT_MEM_FRACTION="1.5", XLA_PYTHON_CLIENT_ALLOCATOR="bogus",
+        TPU_LIBRARY_PATH="/nonexistent/libtpu.so", JAX_PLATFORMS="cpu,quantum",
+    )  # fmt: skip
+    (env_check,) = _doc(run_devctl("check", "--only", "env", "--json", env=env), 1)["checks"]
+    assert env_check["status"] == "fail"
+    problems = env_check["details"]["problems"]
+    assert "outside (0, 1]" in problems["XLA_PYTHON_CLIENT_MEM_FRACTION"]
+    assert "must be one of" in problems["XLA_PYTHON_CLIENT_ALLOCATOR"]
+    assert "does not exist" in problems["TPU_LIBRARY_PATH"]
+    assert "quantum" in problems["JAX_PLATFORMS"]
+
+
+def test_version_skew_in_package_metadata_fails_versions(tmp_path):
+    _dist_info(tmp_path, "jaxlib", "0.0.1")
+    _dist_info(tmp_path, "jax-cuda12-plugin", "0.0.2")
+    (versions,) = _doc(run_devctl("check", "--only", "versions", "--json", env=_with_site(tmp_path)), 1)["checks"]
+    assert versions["status"] == "fail"
+    assert "jaxlib is version 0.0.1, but this version of jax requires" in versions["message"]
+    assert any("jax-cuda12-plugin version 0.0.2" in f and "not compatible" in f for f in versions["details"]["findings"])
+    assert versions["remediation"].startswith("pip install")
+
+
+# ---- plugins and backends: real failing plugins ---------------------------------------------------------
+
+
+def test_broken_plugins_fail_plugins_while_compute_still_runs(tmp_path):
+    write_plugin(tmp_path, "boom", "raises")
+    write_plugin(tmp_path, "segv", "segfaults")
+    doc = _doc(run_devctl("check", "--only", "plugins,backends,compute,transfer", "--json", env=_with_site(tmp_path)), 1)
+    checks = _by_name(doc)
+    assert checks["plugins"]["status"] == "fail"
+    problems = " ".join(checks["plugins"]["details"]["problems"])
+    assert "plugin exploded on purpose" in problems and "SIGSEGV" in problems
+    # The health child leaves out the plugins that broke the backend probe, so the CPU devices still get tested.
+    assert checks["backends"]["status"] == "pass"
+    assert checks["compute"]["status"] == "pass" and checks["transfer"]["status"] == "pass"
+
+
+def test_failing_backend_and_missing_expected_platform(pjrt_libs, tmp_path):
+    env = devctl_env(devices=1, PJRT_NAMES_AND_LIBRARY_PATHS=f"fakegpu{os.pathsep}{pjrt_libs['major_1']}")
+    doc = _doc(run_devctl("check", "--platform", "tpu", "--only", "plugins,backends,tpu", "--json", env=env, cwd=tmp_path), 1)
+    checks = _by_name(doc)
+    assert checks["backends"]["status"] == "fail" and "expected tpu" in checks["backends"]["message"]
+    assert "Mismatched PJRT plugin PJRT API" in checks["backends"]["details"]["backends"]["fakegpu"]["error"]
+    assert checks["plugins"]["status"] == "fail" and "PJRT C API 1.54" in checks["plugins"]["message"]
+    # No TPU here: a skip by default, a failure when the job expects one.
+    assert checks["tpu"]["status"] == "fail" and "no TPU chip" in checks["tpu"]["message"]
+    assert doc["expectations"]["sources"] == {"platform": "flag"}
+
+
+def test_jax_platforms_naming_a_platform_that_cannot_start_fails_backends():
+    doc = _doc(run_devctl("check", "--only", "backends,compute", "--json", env=devctl_env(devices=1, JAX_PLATFORMS="tpu")), 1)
+    checks = _by_name(doc)
+    assert checks["backends"]["status"] == "fail" and checks["backends"]["message"].startswith("JAX_PLATFORMS names tpu: tpu backend")
+    assert "drop tpu from JAX_PLATFORMS" in checks["backends"]["remediation"]
+    assert checks["compute"]["status"] == "skip"  # nothing initialized to compute on; the health child was let go
+
+
+# ---- the machine: host trees with real /proc entries, a real small /dev/shm -----------------------------
+
+
+def test_tpu_held_by_another_process_is_named_and_thp_off_warns(tmp_path):
+    host = tpu_v5e_host(tmp_path, chips=4)
+    host.file("/sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n")
+    host.lockfile("4242\n")
+    host.process(4242, ["python3", "train.py"], fds={7: "/dev/vfio/5"})
+    host.proc_lock(4242, "/tmp/libtpu_lockfile")
+    checks = _by_name(_doc(run_devctl("check", "--host-root", str(host.path), "--only", "tpu,host", "--json"), 1))
+    tpu = checks["tpu"]
+    assert tpu["status"] == "fail"
+    assert "pid 4242 (python3 train.py" in tpu["message"] and "/dev/vfio/5" in tpu["message"] and "/tmp/libtpu_lockfile" in tpu["message"]
+    assert "kill 4242" in tpu["remediation"]
+    assert checks["host"]["status"] == "warn" and "transparent hugepages" in checks["host"]["message"]
+
+
+def test_tpu_stale_lockfile_warns_and_a_missing_device_node_fails(tmp_path):
+    host = tpu_v4_host(tmp_path, chips=4)
+    host.lockfile("31337\n")  # names a pid that does not exist, and nobody has it open
+    (tpu,) = _doc(run_devctl("check", "--host-root", str(host.path), "--only", "tpu", "--json"), 0)["checks"]
+    assert tpu["status"] == "warn" and "stale /tmp/libtpu_lockfile" in tpu["message"] and "31337" in tpu["message"]
+    assert tpu["remediation"] == "sudo rm /tmp/libtpu_lockfile"
+    host.remove("/dev/accel1")
+    (tpu,) = _doc(run_devctl("check", "--host-root", str(host.path), "--only", "tpu", "--json"), 1)["checks"]
+    assert tpu["status"] == "fail" and "/dev/accel1 does not exist" in tpu["message"]
+
+
+@pytest.fixture
+def small_shm(tmp_path):
+    """An NVIDIA 8-GPU host tree whose /dev/shm is a real 64 MiB tmpfs, as Docker gives by default."""
+    host = nvidia_host(tmp_path, gpus=8)
+    shm = host.local("/dev/shm")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(shm)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    yield host
+    subprocess.run(["umount", str(shm)], check=False)
+
+
+def test_small_shm_with_several_gpus_fails_host(small_shm):
+    (host_check,) = _doc(run_devctl("check", "--host-root", str(small_shm.path), "--only", "host", "--json"), 1)["checks"]
+    assert host_check["status"] == "fail"
+    assert "/dev/shm is 64.0 MiB with 8 GPUs" in host_check["message"] and "--shm-size" in host_check["remediation"]
+
+
+# ---- expectations from pyproject.toml and --config ------------------------------------------------------
+
+
+def test_pyproject_table_is_found_upward_and_flags_override_it(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "job"\n\n[tool.devctl.check]\nmin-devices = 64\nonly = ["devices"]\n')
+    cwd = tmp_path / "src" / "job"
+    cwd.mkdir(parents=True)
+    doc = _doc(run_devctl("check", "--json", env=devctl_env(devices=2), cwd=cwd), 1)
+    assert [c["name"] for c in doc["checks"]] == ["devices"]
+    assert doc["expectations"]["min_devices"] == 64
+    assert doc["expectations"]["sources"]["min-devices"] == str(tmp_path / "pyproject.toml")
+    doc = _doc(run_devctl("check", "--json", "--min-devices", "2", env=devctl_env(devices=2), cwd=cwd), 0)
+    assert doc["expectations"]["min_devices"] == 2 and doc["expectations"]["sources"]["min-devices"] == "flag"
+
+
+def test_config_file_with_every_key(tmp_path):
+    config = tmp_path / "runner.toml"
+    config.write_text(
+        'platform = "cpu"\nmin-devices = 2\ndevice-kind = "cpu"\nmin-memory = "1GiB"\nmin-h2d = 0.001\n'
+        'timeout = 20\nonly = ["devices", "memory"]\nskip = ["memory"]\nstrict = true\n'
+    )
+    doc = _doc(run_devctl("check", "--config", str(config), "--json", env=devctl_env(devices=2), cwd=tmp_path), 0)
+    exp = doc["expectations"]
+    assert (exp["platforms"], exp["min_devices"], exp["device_kind"], exp["min_memory_bytes"]) == (["cpu"], 2, "cpu", GIB)
+    assert (exp["min_h2d_gbps"], exp["timeout_s"], doc["strict"]) == (0.001, 20.0, True)
+    assert [c["name"] for c in doc["checks"]] == ["devices"]
+
+
+@pytest.mark.parametrize(
+    "content,needles",
+    [
+        ('[tool.devctl.check]\nmin-devcies = 8\n', ["min-devcies", "accepted"]),
+        ('[tool.devctl.check]\nmin-devices = "eight"\n', ["min-devices", "eight"]),
+        ('[tool.devctl.check]\nplatform = ["cpu", "quantum"]\n', ["platform", "quantum"]),
+        ('[tool.devctl.check]\ntimeout = 600\n', ["timeout", "600"]),
+        ('[tool.devctl.check]\nstrict = "yes"\n', ["strict"]),
+        ("[tool.devctl.check\nmin-devices = 8\n", ["not valid TOML"]),
+    ],
+)
+def test_bad_config_is_one_line_exit_2(tmp_path, content, needles):
+    (tmp_path / "pyproject.toml").write_text(content)
+    assert_usage_error(run_devctl("check", env=devctl_env(devices=1), cwd=tmp_path), *needles)
+
+
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        (["--only", "bogus"], ["bogus", "compute"]),
+        (["--skip", "compute,nope"], ["nope"]),
+        (["--min-devices", "0"], ["--min-devices", "0"]),
+        (["--min-memory", "lots"], ["--min-memory", "lots"]),
+        (["--min-h2d", "fast"], ["--min-h2d", "fast"]),
+        (["--platform", "quantum"], ["quantum"]),
+        (["--timeout", "99"], ["--timeout", "99"]),
+        (["--config", "/nonexistent/devctl.toml"], ["/nonexistent/devctl.toml"]),
+        (["--only", "env", "--skip", "env"], ["no check"]),
+        (["--host-root", "/usr/share"], ["/usr/share"]),
+    ],
+)
+def test_bad_flags_are_one_line_exit_2(tmp_path, args, needles):
+    assert_usage_error(run_devctl("check", *args, env=devctl_env(devices=1), cwd=tmp_path), *needles)
+
+
+def test_unwritable_junit_path_is_refused_before_any_check_runs(tmp_path):
+    from pjrt_fixtures import IMPORT_MARKER_ENV, write_module_package
+
+    # A plugin that records being imported: the backend probe would import it if the checks had started.
+    write_module_package(tmp_path / "site", "jax_plugins.tripwire")
+    marker = tmp_path / "imported"
+    env = _with_site(tmp_path / "site", **{IMPORT_MARKER_ENV: str(marker)})
+    proc = run_devctl("check", "--junit-xml", str(tmp_path / "missing-dir" / "report.xml"), env=env, cwd=tmp_path)
+    assert_usage_error(proc, "--junit-xml", "missing-dir")
+    assert not marker.exists() and proc.stdout == ""
+
+
+def test_check_and_doctor_help_import_nothing_heavy():
+    code = (
+        "import sys, atexit\n"
+        "heavy = lambda: [m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'numpy', 'pynvml')]\n"
+        "atexit.register(lambda: sys.__stderr__.write('HEAVY:' + ','.join(heavy()) + '\\n'))\n"
+        "sys.argv = ['devctl'] + sys.argv[1:]\nfrom devctl.cli.entry import main\nmain()\n"
+    )
+    for command in ("check", "doctor"):
+        proc = subprocess.run([sys.executable, "-c", code, command, "--help"], env=devctl_env(), capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert "--json" in proc.stdout
+        assert "HEAVY:\n" in proc.stderr, proc.stderr
+
+
+# ---- verdict logic that needs hardware this machine lacks -------------------------------------------------
+
+
+def test_nvml_health_verdicts_from_the_counters(monkeypatch):
+    """pynvml's C calls replaced by a sick GPU 0 and a healthy GPU 1; the real GPU test is below."""
+    import pynvml
+
+    from devctl.checks.nvml import collect_nvml_health, gpu_problems
+    from devctl.hostroot import HostRoot
+
+    sick = {
+        "nvmlDeviceGetTotalEccErrors": lambda h, kind, counter: {(0, 0): 2, (0, 1): 5}.get((h, counter), 0),
+        "nvmlDeviceGetRetiredPages": lambda h, cause: [] if h else [0x1000, 0x2000],
+        "nvmlDeviceGetRetiredPagesPendingStatus": lambda h: 0,
+        "nvmlDeviceGetRemappedRows": lambda h: (0, 1, 1, 0) if h == 0 else (0, 0, 0, 0),
+        "nvmlDeviceGetCurrentClocksEventReasons": lambda h: pynvml.nvmlClocksEventReasonHwThermalSlowdown if h == 0 else pynvml.nvmlClocksEventReasonGpuIdle,
+        "nvmlDeviceGetTemperature": lambda h, sensor: 91 if h == 0 else 40,
+        "nvmlDeviceGetTemperatureThreshold": lambda h, kind: 90,
+        "nvmlDeviceGetMemoryInfo": lambda h: SimpleNamespace(total=80 * GIB, used=GIB, free=79 * GIB),
+        "nvmlDeviceGetPciInfo": lambda h: SimpleNamespace(busId=f"00000000:{0x18 + h:02X}:00.0".encode()),
+        "nvmlDeviceGetComputeRunningProcesses": lambda h: [SimpleNamespace(pid=4242, usedGpuMemory=GIB)] if h == 0 else [],
+        "nvmlDeviceGetName": lambda h: "NVIDIA H100 80GB HBM3",
+        "nvmlDeviceGetHandleByIndex": lambda i: i,
+        "nvmlDeviceGetCount": lambda: 2,
+        "nvmlInit": lambda: None,
+        "nvmlShutdown": lambda: None,
+    }  # fmt: skip
+    for name, fn in sick.items():
+        monkeypatch.setattr(pynvml, name, fn)
+    report = collect_nvml_health(HostRoot("/"))
+    assert report.status == "ok" and len(report.gpus) == 2
+    g0, g1 = report.gpus
+    assert (g0.ecc_uncorrected_volatile, g0.remap_pending, g0.throttle_reasons) == (2, True, ("hw_thermal_slowdown",))
+    assert g0.processes[0].pid == 4242 and g0.pci_bus_id == "0000:18:00.0"
+    fails, warns, fix = gpu_problems(g0)
+    assert any("2 uncorrectable ECC" in f for f in fails)
+    assert any("pending until the GPU is reset" in f for f in fails)
+    assert any("91 C, at or above its slowdown threshold 90 C" in f for f in fails)
+    assert any("hw_thermal_slowdown" in w for w in warns) and any("2 page(s) retired" in w for w in warns)
+    assert "drain GPU 0" in fix
+    assert gpu_problems(g1) == ([], [], None)
+
+
+def test_compute_and_transfer_verdicts_name_the_bad_device():
+    from devctl.checks.compute import check_compute, check_transfer
+    from devctl.model.health import CheckStatus, DeviceTrial, Expectations, HealthProbeResult
+
+    trials = [
+        DeviceTrial("matmul", "cuda:0", "gpu", True, 1e-7, 1e-4),
+        DeviceTrial("matmul", "cuda:1", "gpu", False, 0.5, 1e-4, error="result differs from numpy by 0.5 (relative), more than 0.0001"),
+        DeviceTrial("h2d-d2h", "cuda:0", "gpu", True, size_bytes=1 << 20),
+        DeviceTrial("d2d", "cuda:0->cuda:1", "gpu", False, size_bytes=1 << 20, error="3 of 1048576 bytes changed, first at offset 17"),
+    ]
+    crash = "killed by SIGSEGV while running d2d on cuda:1->cuda:0"
+    health = HealthProbeResult(("cuda",), ("cuda:0", "cuda:1"), trials, [], None, crash, 1.0, unfinished="d2d")
+    ctx = SimpleNamespace(health=lambda: health, expectations=Expectations())
+    compute = check_compute(ctx)
+    assert compute.status is CheckStatus.FAIL and "matmul on cuda:1: result differs" in compute.message
+    assert "SIGSEGV" not in compute.message  # the crash happened in a transfer step, after compute finished
+    transfer = check_transfer(ctx)
+    assert transfer.status is CheckStatus.FAIL
+    assert "d2d on cuda:0->cuda:1: 3 of 1048576 bytes changed" in transfer.message and "SIGSEGV" in transfer.message
+
+
+def test_memory_verdicts_against_bytes_limit():
+    """CPU devices report no memory_stats(), so the per-device limit is exercised with recorded GPU figures."""
+    from devctl.checks.backends import check_memory
+    from devctl.model.health import CheckStatus, Expectations
+    from devctl.model.inventory import DeviceInfo
+
+    devices = [DeviceInfo(i, "gpu", "NVIDIA H100 80GB HBM3", 0, memory_stats={"bytes_limit": limit}) for i, limit in enumerate((60 * GIB, 30 * GIB))]
+    inv = SimpleNamespace(devices=devices, default_platform="cuda")
+    verdict = lambda **exp: check_memory(SimpleNamespace(inventory=lambda: inv, expectations=Expectations(**exp)))  # noqa: E731
+    assert verdict().status is CheckStatus.PASS and "30.0 GiB per device" in verdict().message
+    assert verdict(min_memory_bytes=20 * GIB).status is CheckStatus.PASS
+    short = verdict(min_memory_bytes=40 * GIB, platforms=("gpu",))
+    assert short.status is CheckStatus.FAIL and short.message.startswith("gpu:1 bytes_limit 30.0 GiB, expected at least 40.0 GiB")
+
+
+@pytest.mark.gpu
+def test_check_on_a_real_gpu():
+    from devctl.discovery.nvidia import nvml_report
+
+    if nvml_report().status != "ok":
+        pytest.skip("no NVML here")
+    proc = run_devctl("check", "--platform", "gpu", "--json", env=devctl_env(devices=1), timeout=300)
+    doc = json.loads(proc.stdout)
+    validate_schema(doc, "check")
+    checks = _by_name(doc)
+    assert checks["nvml-health"]["status"] != "skip", checks["nvml-health"]
+    assert checks["backends"]["status"] == "pass" and checks["compute"]["status"] == "pass"
+    assert checks["memory"]["status"] == "pass" and checks["transfer"]["status"] == "pass"
+    assert proc.returncode == (1 if doc["status"] == "fail" else 0)
