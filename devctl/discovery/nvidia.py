@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-import os
 import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from devctl.discovery.pci import link_name, numa_node
 from devctl.hostroot import HostRoot
 from devctl.model.hardware import CudaWheel, Finding, GpuProcess, NvidiaGpu, NvmlReport, PciFunction
 
@@ -62,26 +62,13 @@ def nvidia_pci_devices(root: HostRoot) -> list[PciFunction]:
                 vendor_id=NVIDIA_PCI_VENDOR_ID,
                 device_id=(root.read_text(f"{base}/device") or "").lower(),
                 class_code=class_code,
-                driver=_link_name(root, f"{base}/driver"),
-                numa_node=_numa_node(root, base),
+                driver=link_name(root, f"{base}/driver"),
+                numa_node=numa_node(root, base),
             )
         )
     return sorted(out, key=lambda f: f.address)
 
 
-def _link_name(root: HostRoot, path: str) -> str | None:
-    try:
-        return os.path.basename(os.readlink(root.path(path)))
-    except OSError:
-        return None
-
-
-def _numa_node(root: HostRoot, base: str) -> int | None:
-    try:
-        node = int(root.read_text(f"{base}/numa_node") or "-1")
-    except ValueError:
-        return None
-    return node if node >= 0 else None
 
 
 _BUS_ID_RE = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])")

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from devctl.discovery.procs import pid_alive, process_ref, scan_holders
+from devctl.discovery.pci import link_name, numa_node
 from devctl.hostroot import HostRoot
 from devctl.model.hardware import HolderScan, ProcessRef, TpuChip, TpuLockfile, TpuReport
 
@@ -143,8 +144,8 @@ def _tpu_pci_functions(root: HostRoot) -> list[_Function]:
                 address=address.lower(),
                 device_id=device_id,
                 subsystem_device=(root.read_text(f"{base}/subsystem_device") or "").lower() or None,
-                iommu_group=_link_name(root, f"{base}/iommu_group"),
-                numa_node=_numa_node(root, base),
+                iommu_group=link_name(root, f"{base}/iommu_group"),
+                numa_node=numa_node(root, base),
             )
         )
     return sorted(out, key=lambda f: f.address)
@@ -244,26 +245,12 @@ def _accel_nodes_by_pci(root: HostRoot) -> dict[str, str]:
     out = {}
     for name in root.listdir("/sys/class/accel"):
         if re.fullmatch(r"accel\d+", name):
-            address = _link_name(root, f"/sys/class/accel/{name}/device")
+            address = link_name(root, f"/sys/class/accel/{name}/device")
             if address:
                 out[address.lower()] = f"/dev/{name}"
     return out
 
 
-def _link_name(root: HostRoot, path: str) -> str | None:
-    try:
-        return os.path.basename(os.readlink(root.path(path)))
-    except OSError:
-        return None
-
-
-def _numa_node(root: HostRoot, base: str) -> int | None:
-    text = root.read_text(f"{base}/numa_node")
-    try:
-        node = int(text) if text is not None else -1
-    except ValueError:
-        return None
-    return node if node >= 0 else None  # -1: no NUMA affinity
 
 
 def _lockfile(root: HostRoot, fd_holders: tuple[ProcessRef, ...], uninspectable: int) -> TpuLockfile:
