@@ -32,39 +32,26 @@ def collect_nvml_health(root: HostRoot) -> NvmlHealth:
     """Health counters of every GPU NVML sees; never raises for a missing driver."""
     if not root.is_real:
         return NvmlHealth("unavailable", "not read under --host-root: NVML talks to this machine's driver", ())
-    try:
-        import pynvml
-    except ImportError as e:
-        return NvmlHealth("unavailable", f"nvidia-ml-py is not installed ({e})", ())
-    if not callable(getattr(pynvml, "nvmlInit", None)):
-        return NvmlHealth("error", f"the pynvml module at {getattr(pynvml, '__file__', '?')} is not nvidia-ml-py", ())
-    # Reuse discovery's NVML lock and error wording, so `devctl list` and `devctl check` say the same thing.
-    from devctl.discovery.nvidia import _NVML_LOCK, _init_reason, _is_absent_driver
+    from devctl.discovery.nvidia import NvmlUnavailable, nvml_initialized
 
-    with _NVML_LOCK:
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as e:
-            return NvmlHealth("unavailable" if _is_absent_driver(pynvml, e) else "error", _init_reason(pynvml, e), ())
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-            return NvmlHealth("ok", None, tuple(_gpu_health(pynvml, i) for i in range(count)))
-        except pynvml.NVMLError as e:
-            return NvmlHealth("error", f"NVML could not count the GPUs: {e}", ())
-        finally:
+    try:
+        with nvml_initialized() as pynvml:
             try:
-                pynvml.nvmlShutdown()
-            except pynvml.NVMLError:
-                pass
+                count = pynvml.nvmlDeviceGetCount()
+            except pynvml.NVMLError as e:
+                return NvmlHealth("error", f"NVML could not count the GPUs: {e}", ())
+            return NvmlHealth("ok", None, tuple(_gpu_health(pynvml, i) for i in range(count)))
+    except NvmlUnavailable as e:
+        return NvmlHealth(e.status, e.reason, ())
 
 
 def _gpu_health(pynvml: Any, index: int) -> GpuHealth:
-    from devctl.discovery.nvidia import _query, normalize_pci_bus_id
+    from devctl.discovery.nvidia import normalize_pci_bus_id, query
 
     unavailable: dict[str, str] = {}
 
     def get(field: str, fn: str, *args: Any) -> Any:
-        value, reason = _query(fn, *args)
+        value, reason = query(fn, *args)
         if reason is not None:
             unavailable[field] = reason
         return value

@@ -116,32 +116,49 @@ def nvml_session():
                 pass
 
 
+class NvmlUnavailable(Exception):
+    """NVML cannot be used here: `status` is "unavailable" (no library or driver, a normal state) or "error"."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+@contextlib.contextmanager
+def nvml_initialized():
+    """Yield the pynvml module with NVML initialized, shut down again afterwards; raise NvmlUnavailable if it cannot be."""
+    try:
+        import pynvml
+    except ImportError as e:
+        raise NvmlUnavailable("unavailable", f"nvidia-ml-py is not installed ({e})") from None
+    if not callable(getattr(pynvml, "nvmlInit", None)):
+        # Another package named pynvml can shadow nvidia-ml-py (nvitop checks the same thing).
+        raise NvmlUnavailable("error", f"the pynvml module at {getattr(pynvml, '__file__', '?')} is not nvidia-ml-py")
+    with _NVML_LOCK:
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as e:
+            status = "unavailable" if _is_absent_driver(pynvml, e) else "error"
+            raise NvmlUnavailable(status, _init_reason(pynvml, e)) from None
+        try:
+            yield pynvml
+        finally:
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+
+
 def nvml_report(*, processes: bool = False) -> NvmlReport:
     """Driver and per-GPU facts from NVML; never raises for a missing library or driver.
 
     With `processes`, every process using each GPU, as NVML reports it.
     """
     try:
-        import pynvml
-    except ImportError as e:
-        return _without_nvml("unavailable", f"nvidia-ml-py is not installed ({e})")
-    if not callable(getattr(pynvml, "nvmlInit", None)):
-        # Another package named pynvml can shadow nvidia-ml-py (nvitop checks the same thing).
-        return _without_nvml("error", f"the pynvml module at {getattr(pynvml, '__file__', '?')} is not nvidia-ml-py")
-
-    with _NVML_LOCK:
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as e:
-            status = "unavailable" if _is_absent_driver(pynvml, e) else "error"
-            return _without_nvml(status, _init_reason(pynvml, e))
-        try:
+        with nvml_initialized() as pynvml:
             return _report(pynvml, processes)
-        finally:
-            try:
-                pynvml.nvmlShutdown()
-            except pynvml.NVMLError:
-                pass
+    except NvmlUnavailable as e:
+        return _without_nvml(e.status, e.reason)
 
 
 def _without_nvml(status: str, reason: str) -> NvmlReport:
@@ -164,7 +181,7 @@ def _init_reason(pynvml: Any, e: Exception) -> str:
     return f"NVML initialization failed: {e}"
 
 
-def _query(fn: Callable[..., Any] | str, *args: Any) -> tuple[Any, str | None]:
+def query(fn: Callable[..., Any] | str, *args: Any) -> tuple[Any, str | None]:
     """(value, None) or (None, reason). The one place NVML errors become reasons."""
     import pynvml
 
@@ -203,7 +220,7 @@ class _Fields:
         self.unavailable: dict[str, str] = {}
 
     def get(self, field: str, fn: Callable[..., Any] | str, *args: Any) -> Any:
-        value, reason = _query(fn, *args)
+        value, reason = query(fn, *args)
         if reason is not None:
             self.unavailable[field] = reason
         return value
@@ -212,9 +229,9 @@ class _Fields:
 def _report(pynvml: Any, processes: bool = False) -> NvmlReport:
     top = _Fields()
     driver = top.get("driver_version", pynvml.nvmlSystemGetDriverVersion)
-    cuda, reason = _query("nvmlSystemGetCudaDriverVersion_v2")
+    cuda, reason = query("nvmlSystemGetCudaDriverVersion_v2")
     if cuda is None:
-        cuda, reason = _query("nvmlSystemGetCudaDriverVersion")
+        cuda, reason = query("nvmlSystemGetCudaDriverVersion")
     if cuda is None:
         top.unavailable["cuda_driver_version"] = reason or "unknown"
     count = top.get("gpus", pynvml.nvmlDeviceGetCount)
@@ -236,13 +253,13 @@ def _report(pynvml: Any, processes: bool = False) -> NvmlReport:
 
 def _gpu_processes(pynvml: Any, gpu: NvidiaGpu, top: _Fields) -> list[GpuProcess]:
     """Compute and graphics processes on one GPU, each with its user and command when its pid is ours to see."""
-    handle, reason = _query(pynvml.nvmlDeviceGetHandleByIndex, gpu.index)
+    handle, reason = query(pynvml.nvmlDeviceGetHandleByIndex, gpu.index)
     if handle is None:
         top.unavailable[f"processes[{gpu.index}]"] = reason or "unknown"
         return []
     out: dict[int, GpuProcess] = {}
     for kind, fn in (("compute", "nvmlDeviceGetComputeRunningProcesses"), ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
-        infos, reason = _query(fn, handle)
+        infos, reason = query(fn, handle)
         if infos is None:
             top.unavailable[f"processes[{gpu.index}].{kind}"] = reason or "unknown"
             continue
