@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from devctl.cli.options import HostRootOpt, JsonOpt, PlatformOpt, TimeoutOpt, check_host_root, check_platforms, check_timeout
+from devctl.cli.options import (
+    AllPrintOpt,
+    CoordinatorOpt,
+    DistributedOpt,
+    HostRootOpt,
+    JsonOpt,
+    NumProcessesOpt,
+    PlatformOpt,
+    ProcessIdOpt,
+    TimeoutOpt,
+    check_host_root,
+    check_platforms,
+    check_timeout,
+)
 
 
 def list_devices(
@@ -10,11 +23,19 @@ def list_devices(
     platform: PlatformOpt = None,
     timeout: TimeoutOpt = None,
     host_root: HostRootOpt = "/",
+    distributed: DistributedOpt = False,
+    coordinator: CoordinatorOpt = None,
+    num_processes: NumProcessesOpt = None,
+    process_id: ProcessIdOpt = None,
+    all_print: AllPrintOpt = False,
 ) -> None:
     """List every device of every JAX backend, the backends that failed, and accelerators JAX does not use."""
     platforms = check_platforms(platform)
     timeout_s = check_timeout(timeout)
     root = check_host_root(host_root)
+    if distributed or coordinator or num_processes or process_id or all_print:
+        _list_cluster(json_out, platforms, timeout_s, root, distributed, coordinator, num_processes, process_id, all_print)
+        return
 
     from devctl.inventory import collect_inventory
 
@@ -28,3 +49,16 @@ def list_devices(
         from devctl.render.inventory import render_inventory
 
         render_inventory(inv)
+
+
+def _list_cluster(json_out, platforms, timeout_s, root, distributed, coordinator, num_processes, process_id, all_print) -> None:
+    from devctl.distributed import check_cluster_flags, cluster_inventory, cluster_params
+
+    check_cluster_flags(distributed, coordinator=coordinator, num_processes=num_processes, process_id=process_id, all_print=all_print)
+    params = cluster_params(coordinator, num_processes, process_id)
+    report = cluster_inventory(params, platforms=platforms, timeout_s=timeout_s, host_root=root, all_print=all_print)
+    if report is None:  # not process 0: it prints the cluster
+        return
+    from devctl.render.distributed import print_cluster
+
+    print_cluster(report, json_out)

@@ -7,7 +7,18 @@ from typing import Annotated, Optional
 
 import typer
 
-from devctl.cli.options import HostRootOpt, JsonOpt, TimeoutOpt, check_host_root, check_timeout
+from devctl.cli.options import (
+    AllPrintOpt,
+    CoordinatorOpt,
+    DistributedOpt,
+    HostRootOpt,
+    JsonOpt,
+    NumProcessesOpt,
+    ProcessIdOpt,
+    TimeoutOpt,
+    check_host_root,
+    check_timeout,
+)
 from devctl.errors import UsageError
 
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
@@ -21,9 +32,19 @@ def memstats(
     count: Annotated[Optional[str], typer.Option("--count", "-c", metavar="N", help="Stop after N refreshes.")] = None,
     timeout: TimeoutOpt = None,
     host_root: HostRootOpt = "/",
+    distributed: DistributedOpt = False,
+    coordinator: CoordinatorOpt = None,
+    num_processes: NumProcessesOpt = None,
+    process_id: ProcessIdOpt = None,
+    all_print: AllPrintOpt = False,
 ) -> None:
     """Device memory: the allocator view (memory_stats), the driver view (NVML), the host view, and running jobs' own views."""
     from devctl.memstats import parse_device_filter
+
+    if distributed or coordinator or num_processes or process_id or all_print:
+        cluster = dict(coordinator=coordinator, num_processes=num_processes, process_id=process_id, all_print=all_print)
+        _memstats_cluster(json_out, timeout, host_root, distributed, cluster, device=device, watch=watch, count=count)
+        return
 
     interval_s = _interval(interval)
     samples = _count(count)
@@ -41,6 +62,24 @@ def memstats(
         _print_once(first, json_out)
         return
     _watch(sampler, first, interval_s, samples, json_out)
+
+
+def _memstats_cluster(json_out: bool, timeout, host_root: str, distributed: bool, cluster: dict, **single_host_only) -> None:
+    from devctl.distributed import check_cluster_flags, cluster_memstats, cluster_params
+
+    check_cluster_flags(distributed, **cluster)
+    for name, value in single_host_only.items():
+        if value:  # one snapshot per process, filtered by device keys that repeat across hosts: not a cluster view
+            raise UsageError(f"--{name} is not supported with --distributed; filter the --json output (e.g. with jq) instead")
+    timeout_s = check_timeout(timeout)
+    root = check_host_root(host_root)
+    params = cluster_params(cluster["coordinator"], cluster["num_processes"], cluster["process_id"])
+    report = cluster_memstats(params, timeout_s=timeout_s, host_root=root, all_print=cluster["all_print"])
+    if report is None:  # not process 0: it prints the cluster
+        return
+    from devctl.render.distributed import print_cluster
+
+    print_cluster(report, json_out)
 
 
 def _interval(text: str) -> float:

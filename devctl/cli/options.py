@@ -29,6 +29,35 @@ PlatformOpt = Annotated[
     typer.Option("--platform", "-p", metavar="NAME", help="Only this JAX platform (repeatable): cpu, cuda, rocm, tpu, gpu or a plugin's name."),
 ]
 
+# Cluster options (--distributed). Numbers are parsed by devctl.distributed.cluster_params, not typer,
+# so a bad value gets a one-line error that names it.
+_CLUSTER = "Cluster (--distributed)"
+DistributedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--distributed",
+        help="Run on every process of a JAX cluster (jax.distributed); process 0 prints the whole cluster. "
+        "--timeout then also bounds joining and gathering.",
+        rich_help_panel=_CLUSTER,
+    ),
+]
+CoordinatorOpt = Annotated[
+    Optional[str],
+    typer.Option("--coordinator", metavar="HOST:PORT", help="Process 0's address (default: what JAX auto-detects).", rich_help_panel=_CLUSTER),
+]
+NumProcessesOpt = Annotated[
+    Optional[str],
+    typer.Option("--num-processes", metavar="N", help="Number of processes in the cluster (default: auto-detected).", rich_help_panel=_CLUSTER),
+]
+ProcessIdOpt = Annotated[
+    Optional[str],
+    typer.Option("--process-id", metavar="I", help="This process's index, 0 to N-1 (default: auto-detected).", rich_help_panel=_CLUSTER),
+]
+AllPrintOpt = Annotated[
+    bool,
+    typer.Option("--all-print", help="Every process prints the cluster result, not only process 0.", rich_help_panel=_CLUSTER),
+]
+
 
 def check_timeout(text: str | None) -> float:
     from devctl.probe.runner import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S

@@ -1,0 +1,113 @@
+"""One view of every process of a JAX cluster: `devctl list --distributed` and `devctl memstats --distributed`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+LIST_SCHEMA = "devctl.list.distributed/1"
+MEMSTATS_SCHEMA = "devctl.memstats.distributed/1"
+
+
+@dataclass(frozen=True)
+class ClusterParams:
+    """How this process joins the cluster; None leaves the value to JAX's own auto-detection."""
+
+    coordinator: str | None  # "host:port" of process 0's coordination service
+    num_processes: int | None
+    process_id: int | None
+
+    @property
+    def explicit(self) -> bool:
+        return None not in (self.coordinator, self.num_processes, self.process_id)
+
+
+@dataclass(frozen=True)
+class Joined:
+    """What the distributed runtime told this process when it joined."""
+
+    process_index: int
+    num_processes: int
+    coordinator: str | None
+
+
+@dataclass(frozen=True)
+class ProcessSummary:
+    """One row of the hosts table: what a process has, and the versions it runs."""
+
+    process_index: int
+    hostname: str
+    device_count: int  # this process's own devices on the default backend (what jax.local_devices() returns)
+    device_kinds: list[str]  # distinct, sorted
+    default_platform: str | None
+    # Installed versions (package metadata, what pip installed); None: not installed.
+    jax_version: str | None
+    jaxlib_version: str | None
+    libtpu_version: str | None
+    plugin_versions: dict[str, str]  # jax-cuda12-plugin, jax-cuda12-pjrt, ...
+    driver_version: str | None  # NVIDIA driver (NVML); None without NVML
+    # Devices the default backend on this process sees across the whole cluster; equal to
+    # device_count when the backend has no multi-process support here.
+    global_device_count: int | None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ClusterDevice:
+    """One device of one process, with the process that owns it."""
+
+    process_index: int  # the distributed process that reported it
+    hostname: str
+    key: str  # "cpu:2048", "cuda:3", "tpu-chip:0", as in the single-host commands
+    platform: str
+    id: int | None  # JAX's global device id; None for hardware JAX does not use
+    device_kind: str
+    jax_process_index: int | None  # JAX's own view; differs from process_index on a backend without multi-process support
+    bytes_limit: int | None
+    peak_bytes_in_use: int | None
+    headroom_bytes: int | None  # bytes_limit - peak_bytes_in_use
+    detail: dict[str, Any]  # the device record of the single-host command (devctl list or devctl memstats)
+
+
+@dataclass(frozen=True)
+class ClusterFinding:
+    """Processes that differ from the rest of the cluster, named."""
+
+    code: str  # "version-mismatch", "device-kind-mismatch", "device-count-mismatch", "driver-mismatch", "not-multi-process"
+    severity: str  # "error" | "warning"
+    field: str | None  # the ProcessSummary field compared
+    message: str  # one line, naming hosts and process indices
+    processes: list[int]  # the odd ones out
+    hostnames: list[str]  # parallel to processes
+    values: list[Any]  # their values, parallel to processes
+    majority_value: Any = None  # what most processes have; None when there is no majority
+    hint: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterHeadroom:
+    """The smallest bytes_limit - peak_bytes_in_use over every device of every process."""
+
+    min_bytes: int | None
+    process_index: int | None
+    hostname: str | None
+    where: str | None  # the device key (and pid, for a publishing job) on that process
+    third_of_min_bytes: int | None
+    reason: str | None = None  # why it is unknown (no device reports allocator statistics, e.g. CPU)
+
+
+@dataclass(frozen=True)
+class ClusterReport:
+    schema: str  # LIST_SCHEMA or MEMSTATS_SCHEMA
+    devctl_version: str
+    timestamp: float
+    coordinator: str | None
+    num_processes: int
+    processes: list[ProcessSummary]
+    devices: list[ClusterDevice]
+    findings: list[ClusterFinding]
+    headroom: ClusterHeadroom
+    reports: list[dict[str, Any]]  # every process's own single-host document (devctl.list/1 or devctl.memstats/1)
+    elapsed_s: float  # on process 0, from the start to the assembled cluster
+    join_s: float | None  # on process 0, waiting for every process to join (the last one to start sets it)
+    gather_s: float | None  # on process 0, from sharing its report to having every report

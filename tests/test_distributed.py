@@ -1,0 +1,362 @@
+"""`--distributed`: real JAX clusters of 2 and 3 processes on 127.0.0.1 (gloo CPU collectives, forced CPU devices).
+
+Each JAX process costs 1-2 s of CPU to start, so the end-to-end tests are
+few and each checks several things; the logic around them (flag validation,
+findings, headroom, JAX's barrier message, the gather) is tested in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, assert_usage_error, devctl_env, run_devctl, validate_schema
+
+from devctl.errors import UsageError
+
+# Success paths never wait for a timeout, so a generous one only matters on a slow machine.
+OK_TIMEOUT = "20"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(command: str, index: int, n: int, port: int, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    argv = [
+        sys.executable, "-m", "devctl", command, "--distributed", "--coordinator", f"127.0.0.1:{port}",
+        "--num-processes", str(n), "--process-id", str(index), *extra,
+    ]  # fmt: skip
+    return subprocess.Popen(argv, env=env or devctl_env(devices=2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(procs: list[subprocess.Popen], timeout: float = 120) -> list[tuple[int, str, str]]:
+    """(exit code, stdout, stderr) of each; a process still running after `timeout` fails the test, it is not waited for."""
+    out = []
+    for p in procs:
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"a devctl process hung: {p.args}")
+        out.append((p.returncode, stdout, stderr))
+    return out
+
+
+def one_error_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------- real clusters
+
+
+def test_two_processes_full_inventory_on_process_0_only():
+    port = free_port()
+    procs = [start("list", i, 2, port, "--json", "--timeout", OK_TIMEOUT) for i in range(2)]
+    (rc0, out0, err0), (rc1, out1, err1) = finish(procs)
+    assert rc0 == 0, err0
+    assert rc1 == 0, err1
+    assert out1 == "" and err1 == ""  # only process 0 prints
+    doc = json.loads(out0)
+    validate_schema(doc, "list.distributed")
+    for report in doc["reports"]:
+        validate_schema(report, "list")
+    assert doc["num_processes"] == 2 and doc["coordinator"] == f"127.0.0.1:{port}"
+    assert [p["process_index"] for p in doc["processes"]] == [0, 1]
+    assert all(p["device_count"] == 2 and p["device_kinds"] == ["cpu"] for p in doc["processes"])
+    # gloo makes the CPU backend multi-process: every process sees all 4 devices, and owns 2.
+    assert all(p["global_device_count"] == 4 and p["notes"] == [] for p in doc["processes"])
+    by_process = {i: [d for d in doc["devices"] if d["process_index"] == i] for i in (0, 1)}
+    assert all(len(devs) == 2 for devs in by_process.values())
+    assert all(d["jax_process_index"] == d["process_index"] for d in doc["devices"])
+    assert len({d["id"] for d in doc["devices"]}) == 4  # JAX's global ids: no device listed twice
+    assert doc["findings"] == []
+    assert doc["headroom"]["min_bytes"] is None and "allocator" in doc["headroom"]["reason"]
+
+
+def test_memstats_cluster_json_on_process_0_and_table_with_all_print():
+    port = free_port()
+    p0 = start("memstats", 0, 2, port, "--json", "--timeout", OK_TIMEOUT)
+    p1 = start("memstats", 1, 2, port, "--all-print", "--timeout", OK_TIMEOUT)
+    (rc0, out0, err0), (rc1, out1, err1) = finish([p0, p1])
+    assert rc0 == 0 and rc1 == 0, err0 + err1
+    doc = json.loads(out0)
+    validate_schema(doc, "memstats.distributed")
+    for report in doc["reports"]:
+        validate_schema(report, "memstats")
+    jax_devices = [d for d in doc["devices"] if d["id"] is not None]
+    assert sorted(d["process_index"] for d in jax_devices) == [0, 0, 1, 1]
+    assert "cluster: 2 process(es)" in out1 and "hosts" in out1 and "smallest memory headroom" in out1
+    assert "\x1b[" not in out1
+
+
+def _fake_dist(site: Path, name: str, version: str) -> None:
+    """Package metadata of another version, found before the real one: what pip shows on a host that differs."""
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def test_three_processes_one_with_another_jaxlib_is_named(tmp_path):
+    _fake_dist(tmp_path / "site", "jaxlib", "0.0.1")
+    odd_env = devctl_env(devices=2, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), str(ROOT)]))
+    port = free_port()
+    procs = [start("list", i, 3, port, "--json", "--timeout", OK_TIMEOUT, env=odd_env if i == 2 else None) for i in range(3)]
+    results = finish(procs)
+    assert [r[0] for r in results] == [0, 0, 0], [r[2] for r in results]
+    doc = json.loads(results[0][1])
+    validate_schema(doc, "list.distributed")
+    assert [p["jaxlib_version"] for p in doc["processes"]][2] == "0.0.1"
+    (finding,) = [f for f in doc["findings"] if f["field"] == "jaxlib_version"]
+    assert finding["code"] == "version-mismatch" and finding["processes"] == [2]
+    assert finding["values"] == ["0.0.1"] and finding["majority_value"] == doc["processes"][0]["jaxlib_version"]
+    assert "process 2 (" in finding["message"] and "0.0.1" in finding["message"]
+    assert [f for f in doc["findings"] if f["field"] != "jaxlib_version"] == []
+
+
+def test_a_process_that_never_joins_is_named_by_the_others():
+    port = free_port()
+    procs = [start("list", i, 3, port, "--timeout", "5") for i in (0, 1)]  # process 2 never starts
+    for rc, out, err in finish(procs, timeout=60):
+        assert rc == 1 and out == ""
+        line = one_error_line(err)
+        assert "1 of 3 processes never joined" in line and "missing process id 2" in line, line
+
+
+def test_without_process_0_the_coordinator_is_named():
+    (rc, out, err), = finish([start("list", 1, 2, free_port(), "--timeout", "3")], timeout=60)
+    assert rc == 1 and out == ""
+    line = one_error_line(err)
+    assert "process 1" in line and "coordinator (process 0)" in line and "127.0.0.1:" in line, line
+
+
+def _plugin_that_waits_to_be_killed(site: Path, marker: Path) -> None:
+    """A jax plugin whose initialize() records its pid and waits: it runs after joining, so killing it kills a member."""
+    pkg = site / "jax_plugins" / "waits_to_be_killed"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "import os, time\n"
+        "def initialize():\n"
+        f"    with open({str(marker)!r} + '.tmp', 'w') as f:\n"
+        "        f.write(str(os.getpid()))\n"
+        f"    os.rename({str(marker)!r} + '.tmp', {str(marker)!r})\n"
+        "    while True:\n"
+        "        time.sleep(1)\n"
+    )
+
+
+def test_a_process_killed_after_joining_is_named_and_nobody_hangs(tmp_path):
+    marker = tmp_path / "joined.pid"
+    _plugin_that_waits_to_be_killed(tmp_path / "site", marker)
+    victim_env = devctl_env(devices=2, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), str(ROOT)]))
+    port = free_port()
+    procs = [start("list", i, 3, port, "--json", "--timeout", "10", env=victim_env if i == 1 else None) for i in range(3)]
+    deadline = time.monotonic() + 90
+    while not marker.exists():
+        assert time.monotonic() < deadline and procs[1].poll() is None, "process 1 never joined"
+        time.sleep(0.1)
+    os.kill(int(marker.read_text()), signal.SIGKILL)  # the probe child of process 1: the member of the cluster
+    (rc0, out0, err0), (rc1, _, err1), (rc2, out2, err2) = finish(procs, timeout=90)
+    assert rc0 == 1 and out0 == ""
+    assert "process 1 of 3 stopped (died or was killed)" in one_error_line(err0)
+    assert rc1 == 1 and "SIGKILL" in one_error_line(err1)
+    assert rc2 == 1 and out2 == "" and "process 1 of 3 stopped" in one_error_line(err2)
+
+
+_GATHER_SCRIPT = """
+import json, socket, sys
+from devctl.distributed import cluster_params, gather_reports
+params = cluster_params(sys.argv[1], sys.argv[2], sys.argv[3])
+report = lambda: {"process": int(sys.argv[3]), "checks": [{"name": "devices", "status": "pass"}]}
+print(json.dumps(gather_reports(report, params, timeout_s=20)))
+"""
+
+
+def test_gather_reports_is_the_engine_for_any_command():
+    # What `devctl check --distributed` runs on: any JSON-able report, made while the child joins.
+    port = free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _GATHER_SCRIPT, f"127.0.0.1:{port}", "2", str(i)],
+            env=devctl_env(devices=1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(2)
+    ]  # fmt: skip
+    (rc0, out0, err0), (rc1, out1, err1) = finish(procs)
+    assert rc0 == 0 and rc1 == 0, err0 + err1
+    assert json.loads(out0) == [{"process": i, "checks": [{"name": "devices", "status": "pass"}]} for i in (0, 1)]
+    assert json.loads(out1) is None
+
+
+def test_no_cluster_to_detect_is_a_usage_error():
+    env = devctl_env(devices=1)
+    for name in ("JAX_COORDINATOR_ADDRESS", "SLURM_JOB_ID", "OMPI_MCA_orte_hnp_uri", "KUBERNETES_SERVICE_HOST"):
+        env.pop(name, None)
+    proc = run_devctl("list", "--distributed", "--timeout", "5", env=env, timeout=60)
+    assert_usage_error(proc, "--coordinator HOST:PORT")
+
+
+# ---------------------------------------------------------------- flags (no JAX started)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--coordinator", "localhost"], "HOST:PORT"),
+        (["--coordinator", "localhost:99999"], "65535"),
+        (["--coordinator", "localhost:http"], "'http'"),
+        (["--num-processes", "0"], "--num-processes must be a whole number of at least 1"),
+        (["--num-processes", "2", "--process-id", "2"], "--process-id 2 is out of range for --num-processes 2"),
+        (["--process-id", "-1"], "--process-id"),
+    ],
+)
+def test_bad_cluster_flags_are_named(args, needle):
+    from devctl.distributed import cluster_params
+
+    values = dict(zip(args[::2], args[1::2]))
+    with pytest.raises(UsageError, match=".") as e:
+        cluster_params(values.get("--coordinator"), values.get("--num-processes"), values.get("--process-id"))
+    assert needle in str(e.value)
+
+
+def test_bad_cluster_flags_exit_2_with_one_line():
+    assert_usage_error(run_devctl("list", "--distributed", "--coordinator", "h:1", "--num-processes", "2", "--process-id", "5"), "--process-id 5")
+    assert_usage_error(run_devctl("memstats", "--process-id", "0"), "--process-id needs --distributed")
+    assert_usage_error(run_devctl("memstats", "--distributed", "--watch"), "--watch is not supported with --distributed")
+
+
+def test_cluster_params_accept_what_jax_accepts():
+    from devctl.distributed import cluster_params
+
+    p = cluster_params("[fe80::1]:8476", "4", "3")
+    assert (p.coordinator, p.num_processes, p.process_id, p.explicit) == ("[fe80::1]:8476", 4, 3, True)
+    assert not cluster_params(None, None, None).explicit  # all left to JAX's auto-detection
+
+
+# ---------------------------------------------------------------- logic, in-process
+
+
+def test_jax_registration_barrier_message_is_parsed():
+    from devctl.probe.distributed import parse_register_barrier
+
+    log = (
+        "F1120 client.h:80] Terminating process because the JAX distributed service detected fatal errors. "
+        "absl::Status: DEADLINE_EXCEEDED: Barrier timed out. Id: [Init]Wait_for_all_tasks_to_register::0. "
+        "This usually happens because a task triggered the barrier too early or too slowly.\n"
+        "# of tasks that reached the barrier: 61/64.\n"
+        "The first task at the barrier: 0. Some timed out task names:\n"
+        "/job:jax_worker/replica:0/task:7\n"
+        "/job:jax_worker/replica:0/task:12\n"
+        "\n\nRPC: /xla.coordination.CoordinationService/RegisterTask\n"
+    )
+    assert parse_register_barrier(log) == ([7, 12], 61, 64)
+    assert parse_register_barrier("nothing like it") is None
+
+
+def _summary(i: int, **over):
+    from devctl.model.distributed import ProcessSummary
+
+    base = dict(
+        process_index=i, hostname=f"host-{i}", device_count=4, device_kinds=["TPU v5 lite"], default_platform="tpu",
+        jax_version="0.10.2", jaxlib_version="0.10.2", libtpu_version="0.0.40", plugin_versions={},
+        driver_version=None, global_device_count=16, notes=[],
+    )  # fmt: skip
+    base.update(over)
+    return ProcessSummary(**base)
+
+
+def test_findings_name_the_odd_hosts_and_say_when_there_is_no_majority():
+    from devctl.distributed import consistency_findings
+
+    procs = [_summary(0), _summary(1, device_count=3), _summary(2), _summary(3, libtpu_version="0.0.39")]
+    by_field = {f.field: f for f in consistency_findings(procs)}
+    assert set(by_field) == {"device_count", "libtpu_version"}
+    assert by_field["device_count"].processes == [1] and by_field["device_count"].majority_value == 4
+    assert by_field["device_count"].message.startswith("process 1 (host-1) has device count 3; the other 3 processes have 4")
+    assert by_field["libtpu_version"].hostnames == ["host-3"]
+
+    split = consistency_findings([_summary(0), _summary(1, jax_version="0.9.0")])
+    assert split[0].majority_value is None and split[0].processes == [0, 1]
+    assert "no majority" in split[0].message and "host-0" in split[0].message and "host-1" in split[0].message
+
+
+def test_headroom_is_the_minimum_over_every_device_of_every_process():
+    from devctl.distributed import cluster_headroom
+    from devctl.model.distributed import LIST_SCHEMA, ClusterDevice
+
+    def dev(i, key, limit, peak):
+        return ClusterDevice(i, f"host-{i}", key, "tpu", 0, "TPU", i, limit, peak, limit - peak, {})
+
+    devices = [dev(0, "tpu:0", 100, 10), dev(1, "tpu:4", 100, 70), dev(1, "tpu:5", 100, 20)]
+    h = cluster_headroom(LIST_SCHEMA, [], [_summary(0), _summary(1)], devices)
+    assert (h.min_bytes, h.process_index, h.hostname, h.where, h.third_of_min_bytes) == (30, 1, "host-1", "tpu:4", 10)
+
+
+class _FakeClient:
+    """The key-value store of JAX's distributed client, in memory, with peers that report or go silent."""
+
+    def __init__(self, reports: dict[int, dict], alive: set[int]):
+        self.kv = {f"devctl/report/{i}": json.dumps(r) for i, r in reports.items()}
+        self.alive, self.beats = alive, 0
+
+    def blocking_key_value_get(self, key, timeout_ms):
+        if key in self.kv:
+            return self.kv[key]
+        time.sleep(min(timeout_ms, 50) / 1000)
+        raise RuntimeError("DEADLINE_EXCEEDED")
+
+    def key_value_dir_get(self, prefix):
+        self.beats += 1  # live peers' counters move between reads; dead ones do not
+        return [(f"devctl/alive/{i}", str(self.beats if i in self.alive else 1)) for i in range(3)]
+
+
+def test_gather_names_a_dead_peer_quickly_and_keeps_the_others():
+    from devctl.probe import distributed as d
+
+    client = _FakeClient({0: {"a": 0}, 2: {"a": 2}}, alive={0, 2})
+    liveness = d._Liveness(client, me=0, n=3, stale_s=0.2)
+    reports, dead = d._gather(client, 3, timeout_s=30, liveness=liveness)
+    assert reports == [{"a": 0}, None, {"a": 2}] and dead == [1]
+
+
+def test_missing_message_separates_dead_from_silent():
+    from devctl.model.distributed import Joined
+    from devctl.probe.distributed import _missing_message
+
+    text = _missing_message([1, 4], [4], Joined(0, 8, "h:1"), 10)
+    assert "process 4 of 8 stopped (died or was killed)" in text
+    assert "process 1 of 8 joined the cluster but sent no report within 10 s" in text
+
+
+def test_a_backend_without_multi_process_support_is_reported_not_fatal():
+    from devctl.distributed import consistency_findings, process_summary
+    from devctl.model.distributed import Joined
+
+    # What a CPU backend without cross-process collectives looks like on process 1 of 2:
+    # only its own devices, numbered as if it were alone.
+    local_probe = {
+        "default_platform": "cpu",
+        "backends": [{"platform": "cpu", "status": "ok", "process_index": 0, "global_device_count": 2,
+                      "devices": [{"id": i, "device_kind": "cpu", "process_index": 0} for i in (0, 1)]}],
+    }  # fmt: skip
+
+    class Probe:
+        jax_version = jaxlib_version = "0.10.2"
+
+    summary = process_summary(Joined(1, 2, "h:1"), "host-1", Probe(), local_probe, [], None)
+    assert summary.device_count == 2 and summary.global_device_count == 2
+    assert summary.notes and "no multi-process support" in summary.notes[0]
+    (finding,) = [f for f in consistency_findings([_summary(0), _summary(1, notes=summary.notes)]) if f.code == "not-multi-process"]
+    assert finding.processes == [1] and "gloo" in finding.hint
