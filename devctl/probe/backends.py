@@ -15,8 +15,11 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from devctl.model.inventory import BackendInfo, BackendStatus, DeviceInfo
-from devctl.probe.runner import ChildResult, collect, last_line, run_child, send_request, take_prestarted
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the child imports this module too and needs none of the parent's machinery
+    from devctl.model.inventory import BackendInfo, DeviceInfo
+    from devctl.probe.runner import ChildResult
 
 _MODULE = "devctl.probe.backends"
 _MAX_ATTEMPTS = 8
@@ -37,6 +40,9 @@ def probe_backends(
     platforms: list[str] | None = None, *, timeout_s: float, memory_stats: bool = True
 ) -> BackendsProbe:
     """Initialize every JAX backend (or only `platforms`) in child processes; never raises for a bad backend."""
+    from devctl.model.inventory import BackendInfo, DeviceInfo
+    from devctl.probe.runner import collect, run_child, send_request, take_prestarted
+
     result = BackendsProbe()
     by_platform: dict[str, BackendInfo] = {}
     devices: dict[str, list[DeviceInfo]] = {}
@@ -106,6 +112,9 @@ def _culprit(child: ChildResult) -> tuple[str, str] | None:
 
 
 def _failed(name: str, child: ChildResult, where: str, plugin: str | None = None) -> BackendInfo:
+    from devctl.model.inventory import BackendInfo, BackendStatus
+    from devctl.probe.runner import last_line
+
     status = BackendStatus.TIMEOUT if child.timed_out else BackendStatus.CRASHED
     if not child.timed_out and not child.signal_name:
         status = BackendStatus.FAILED
