@@ -360,3 +360,26 @@ def test_a_backend_without_multi_process_support_is_reported_not_fatal():
     assert summary.notes and "no multi-process support" in summary.notes[0]
     (finding,) = [f for f in consistency_findings([_summary(0), _summary(1, notes=summary.notes)]) if f.code == "not-multi-process"]
     assert finding.processes == [1] and "gloo" in finding.hint
+
+
+def test_check_distributed_one_report_with_each_host_named_and_exit_1_when_one_fails(tmp_path):
+    # Only process 1 has an impossible memory fraction: its env check fails, and with it the cluster.
+    port = free_port()
+    junit = tmp_path / "cluster.xml"
+    common = ("--json", "--timeout", OK_TIMEOUT, "--only", "versions,env,devices")
+    p0 = start("check", 0, 2, port, *common, "--junit-xml", str(junit))
+    p1 = start("check", 1, 2, port, *common, env=devctl_env(devices=2, XLA_PYTHON_CLIENT_MEM_FRACTION="7"))
+    (rc0, out0, err0), (rc1, out1, err1) = finish([p0, p1])
+    assert rc1 == 0 and out1 == "", err1  # only process 0 speaks for the cluster
+    assert rc0 == 1, err0
+    doc = json.loads(out0)
+    validate_schema(doc, "check")
+    names = [c["name"] for c in doc["checks"]]
+    assert len(names) == 6 and all(" process " in n for n in names)
+    failed = [c for c in doc["checks"] if c["status"] == "fail"]
+    assert failed and all(c["details"]["process_index"] == 1 and c["details"]["check"] == "env" for c in failed)
+    import xml.etree.ElementTree as ET
+
+    cases = ET.parse(junit).getroot().iter("testcase")
+    failing = [c.get("name") for c in cases if c.find("failure") is not None]
+    assert failing == [failed[0]["name"]] and "process 1" in failing[0]

@@ -7,7 +7,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from devctl.cli.options import HostRootOpt, JsonOpt, TimeoutOpt, check_host_root
+from devctl.cli.options import (
+    AllPrintOpt,
+    CoordinatorOpt,
+    DistributedOpt,
+    HostRootOpt,
+    JsonOpt,
+    NumProcessesOpt,
+    ProcessIdOpt,
+    TimeoutOpt,
+    check_host_root,
+)
 from devctl.errors import UsageError
 
 # Same values as `devctl list --platform`, but here an expectation: it must initialize.
@@ -42,6 +52,11 @@ def check(
     ] = None,
     junit_xml: Annotated[Optional[str], typer.Option("--junit-xml", metavar="FILE", help="Also write a JUnit XML report to FILE.")] = None,
     host_root: HostRootOpt = "/",
+    distributed: DistributedOpt = False,
+    coordinator: CoordinatorOpt = None,
+    num_processes: NumProcessesOpt = None,
+    process_id: ProcessIdOpt = None,
+    all_print: AllPrintOpt = False,
 ) -> None:
     """Health checks for CI: each check passes, warns, fails or skips; exit 1 when one fails.
 
@@ -58,17 +73,31 @@ def check(
         )
     )  # fmt: skip
     root = check_host_root(host_root)
+    cluster = None
+    if distributed or coordinator or num_processes or process_id or all_print:
+        from devctl.distributed import check_cluster_flags, cluster_params
+
+        check_cluster_flags(distributed, coordinator=coordinator, num_processes=num_processes, process_id=process_id, all_print=all_print)
+        cluster = cluster_params(coordinator, num_processes, process_id)
     if junit_xml is not None:
         ensure_writable(junit_xml, "--junit-xml")
 
     from devctl.checks.runner import check as run
     from devctl.render import health as render
 
-    with render.progress("running checks...") as update:
-        report = run(
-            options.expectations, options.names, host_root=root, strict=options.strict,
-            on_result=lambda r: update(f"checked {r.name}: {r.status.value}"),
-        )  # fmt: skip
+    def run_here():
+        with render.progress("running checks...") as update:
+            return run(
+                options.expectations, options.names, host_root=root, strict=options.strict,
+                on_result=lambda r: update(f"checked {r.name}: {r.status.value}"),
+            )  # fmt: skip
+
+    if cluster is None:
+        report = run_here()
+    else:
+        report = _check_cluster(cluster, run_here, options, all_print)
+        if report is None:  # not process 0: process 0 reports for the whole cluster
+            raise typer.Exit(0)
 
     if junit_xml is not None:
         with open(junit_xml, "w", encoding="utf-8") as f:
@@ -83,6 +112,21 @@ def check(
     else:
         render.render_check(report)
     raise typer.Exit(report.exit_code)
+
+
+def _check_cluster(cluster, run_here, options, all_print: bool):
+    """Run the checks here, share the report through jax.distributed, merge every host's on process 0."""
+    import time
+
+    from devctl.checks.cluster import merge_reports
+    from devctl.distributed import gather_reports
+    from devctl.model import to_jsonable
+
+    started = time.monotonic()
+    reports = gather_reports(lambda: to_jsonable(run_here()), cluster, timeout_s=options.expectations.timeout_s, all_print=all_print)
+    if reports is None:
+        return None
+    return merge_reports(reports, strict=options.strict, expectations=options.expectations, elapsed_s=time.monotonic() - started)
 
 
 def ensure_writable(path: str, flag: str) -> None:

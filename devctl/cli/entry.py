@@ -20,19 +20,22 @@ def main() -> None:
             sys.exit(0)
         except OSError:
             pass  # not generated (a source checkout mid-edit): typer renders it
-    if _probe_will_be_needed(sys.argv[1:]):
+    child = _probe_to_prestart(sys.argv[1:])
+    if child:
         from devctl.probe.runner import prestart
 
-        prestart("devctl.probe.backends")
+        prestart(child)
     from devctl.cli.app import main as run
 
     run()
 
 
-def _probe_will_be_needed(args: list[str]) -> bool:
-    """These commands always probe backends first: start that child before typer is even imported."""
-    return (
-        args[:1] in (["list"], ["memstats"], ["check"], ["doctor"])
-        and not {"-h", "--help", "--distributed"} & set(args)
-        and "_DEVCTL_COMPLETE" not in os.environ
-    )
+def _probe_to_prestart(args: list[str]) -> str | None:
+    """The probe child these arguments will need first, started before typer is even imported."""
+    if not args or {"-h", "--help"} & set(args) or "_DEVCTL_COMPLETE" in os.environ:
+        return None
+    if args[0] in ("list", "memstats") and "--distributed" in args:
+        return "devctl.probe.distributed"
+    if args[0] in ("list", "memstats", "check", "doctor"):
+        return "devctl.probe.backends"
+    return None

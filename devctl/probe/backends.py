@@ -139,16 +139,16 @@ def _child_main() -> None:
     # Read after importing jax: a prestarted child imports jax while the CLI is still parsing its flags.
     request = read_request()
     emit("versions", jax=jax.__version__, jaxlib=jaxlib.__version__)
-    _instrument_plugin_discovery(xb, emit, set(request.get("skip_plugins") or []))
+    instrument_plugin_discovery(xb, emit, set(request.get("skip_plugins") or []))
     xb._discover_and_register_pjrt_plugins()
 
     skip = set(request.get("skip_platforms") or [])
     default, best = None, None
-    for platform, priority, quiet in _platforms(xb, request.get("platforms")):
+    for platform, priority, quiet in platforms_to_try(xb, request.get("platforms")):
         if platform in skip:
             continue
         emit("phase", kind="backend", name=platform)
-        event = _init_one(xb, platform, quiet, request.get("memory_stats", True))
+        event = init_backend(xb, platform, quiet, request.get("memory_stats", True))
         event["priority"] = priority
         emit("backend", **event)
         if event["status"] == "ok" and (best is None or priority > best):
@@ -156,7 +156,7 @@ def _child_main() -> None:
     emit("done", default_platform=default)
 
 
-def _instrument_plugin_discovery(xb, emit, skip: set[str]) -> None:
+def instrument_plugin_discovery(xb, emit, skip: set[str]) -> None:
     """Wrap JAX's plugin discovery so each plugin's import and initialize() is announced and timed."""
     import importlib
     from importlib.metadata import entry_points
@@ -201,7 +201,7 @@ def _instrument_plugin_discovery(xb, emit, skip: set[str]) -> None:
     xb.register_plugin = register_plugin
 
 
-def _platforms(xb, requested: list[str] | None) -> list[tuple[str, int, bool]]:
+def platforms_to_try(xb, requested: list[str] | None) -> list[tuple[str, int, bool]]:
     """(platform, priority, fail_quietly) in the order JAX would try them."""
     registered = dict(xb._backend_factories)
     if requested:
@@ -220,7 +220,7 @@ def _platforms(xb, requested: list[str] | None) -> list[tuple[str, int, bool]]:
     return sorted(out, key=lambda t: -t[1])
 
 
-def _init_one(xb, platform: str, quiet: bool, memory_stats: bool) -> dict:
+def init_backend(xb, platform: str, quiet: bool, memory_stats: bool) -> dict:
     from jax._src import hardware_utils
 
     event: dict = {"platform": platform, "fail_quietly": quiet, "devices": []}

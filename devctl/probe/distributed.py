@@ -474,15 +474,15 @@ def _probe_local(probe: dict) -> dict:
     """Every backend, as devctl.probe.backends does it, keeping only this process's own devices."""
     from jax._src import xla_bridge as xb
 
-    from devctl.probe.backends import _init_one, _instrument_plugin_discovery, _platforms
+    from devctl.probe.backends import init_backend, instrument_plugin_discovery, platforms_to_try
     from devctl.probe.channel import emit
 
-    _instrument_plugin_discovery(xb, emit, set())
+    instrument_plugin_discovery(xb, emit, set())
     xb._discover_and_register_pjrt_plugins()
     backends, default, best = [], None, None
-    for platform, priority, quiet in _platforms(xb, probe.get("platforms")):
+    for platform, priority, quiet in platforms_to_try(xb, probe.get("platforms")):
         emit("phase", kind="backend", name=platform)
-        event = _init_one(xb, platform, quiet, bool(probe.get("memory_stats", True)))
+        event = init_backend(xb, platform, quiet, bool(probe.get("memory_stats", True)))
         event["priority"] = priority
         backends.append(_own_devices(event))
         if event["status"] == "ok" and (best is None or priority > best):

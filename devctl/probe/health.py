@@ -19,7 +19,6 @@ Events (child -> parent):
 from __future__ import annotations
 
 import os
-import time
 
 from devctl.model.health import DeviceTrial, HealthProbeResult
 from devctl.probe.backends import PJRT_ENV
@@ -144,9 +143,9 @@ def _child_main() -> None:
         # The plugins that hung or crashed the backend probe must not run their initialize() here.
         from jax._src import xla_bridge as xb
 
-        from devctl.probe.backends import _instrument_plugin_discovery
+        from devctl.probe.backends import instrument_plugin_discovery
 
-        _instrument_plugin_discovery(xb, lambda *a, **k: None, skip)
+        instrument_plugin_discovery(xb, lambda *a, **k: None, skip)
 
     devices = []
     for platform in request["platforms"]:
