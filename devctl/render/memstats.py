@@ -27,7 +27,7 @@ def snapshot_tables(snapshot, history: dict | None = None, peaks: dict | None = 
 
     tables = []
     devices = Table(title="devices", title_justify="left", box=table_box(), pad_edge=False)
-    columns = ["device", "kind", "allocator limit", "in use", "peak", "headroom", "driver used / total", "status"]
+    columns = ["device", "kind", "limit", "in use", "peak", "headroom", "driver used/total", "status"]
     if history is not None:
         columns[3:3] = ["usage", "history"]
     for col in columns:
@@ -75,7 +75,7 @@ def summary_lines(snapshot) -> list[str]:
         f"swap {format_bytes(m.swap_used_bytes)} of {format_bytes(m.swap_total_bytes)}, /dev/shm {format_bytes(m.shm_used_bytes)} of {format_bytes(m.shm_total_bytes)}"
     )
     if any(d.source == "jax" for d in snapshot.devices):
-        lines.append("allocator limit: what a new JAX process would get on that device right now (from a fresh client in devctl's probe)")
+        lines.append("limit: the allocator's bytes_limit, what a new JAX process would get on that device right now")
     lines += [f"note: {n}" for n in snapshot.notes]
     lines += [f"problem: {p}" for p in snapshot.problems]
     return lines
@@ -89,7 +89,7 @@ def render_snapshot(snapshot) -> None:
         console.print(line, markup=False, highlight=False)
 
 
-def usage_bar(used: int | None, capacity: int | None, peak: int | None, width: int = 20) -> str:
+def usage_bar(used: int | None, capacity: int | None, peak: int | None, width: int = 10) -> str:
     """`[#####-----|----] 35%`: filled to `used`, `|` at the peak seen."""
     if used is None:
         return "-"
@@ -113,7 +113,7 @@ def sparkline(values) -> str:
 class WatchView:
     """Keeps the history behind the live view: the last samples per device and the peak seen."""
 
-    def __init__(self, length: int = 30):
+    def __init__(self, length: int = 16):
         self.history: dict[str, deque] = defaultdict(lambda: deque(maxlen=length))
         self.peaks: dict[str, int] = {}
 
