@@ -10,7 +10,6 @@ from the majority, and the smallest memory headroom anywhere.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -133,26 +132,9 @@ def cluster_inventory(
 
 def _inventory(probe, hardware, plugins, host, started: float):
     """collect_inventory's assembly, on a probe made after joining the cluster."""
-    from devctl.inventory import SCHEMA, Inventory, match_nvml, quiet_tpu_without_chips, unused_accelerators, with_hint
+    from devctl.inventory import assemble_inventory
 
-    devices = match_nvml(probe.devices, hardware.nvidia)
-    backends = [quiet_tpu_without_chips(with_hint(b, hardware), hardware) for b in probe.backends]
-    return Inventory(
-        schema=SCHEMA,
-        devctl_version=__version__,
-        timestamp=time.time(),
-        hostname=socket.gethostname(),
-        jax_version=probe.jax_version,
-        jaxlib_version=probe.jaxlib_version,
-        default_platform=probe.default_platform,
-        backends=backends,
-        devices=devices,
-        unused_accelerators=unused_accelerators(backends, devices, hardware),
-        plugins=plugins,
-        host=host,
-        hardware=hardware,
-        elapsed_s=time.monotonic() - started,
-    )
+    return assemble_inventory(probe, hardware, plugins, host, started)
 
 
 def backends_probe(local_probe: dict, progress):

@@ -87,9 +87,13 @@ def collect_inventory(
         host_f = pool.submit(host_info, root)
         probe = probe_backends(platforms, timeout_s=timeout_s)
         hardware, plugins, host = hardware_f.result(), plugins_f.result(), host_f.result()
+    return assemble_inventory(probe, hardware, plugins, host, started)
+
+
+def assemble_inventory(probe, hardware: Hardware, plugins: list, host, started: float) -> Inventory:
+    """The inventory from a backend probe and discovery's findings (also used per process under --distributed)."""
     devices = match_nvml(probe.devices, hardware.nvidia)
-    backends = [with_hint(b, hardware) for b in probe.backends]
-    backends = [quiet_tpu_without_chips(b, hardware) for b in backends]
+    backends = [quiet_tpu_without_chips(with_hint(b, hardware), hardware) for b in probe.backends]
     return Inventory(
         schema=SCHEMA,
         devctl_version=__version__,
