@@ -100,6 +100,7 @@ def cluster_inventory(
     params: ClusterParams, *, platforms: list[str] | None, timeout_s: float, host_root: str = "/", all_print: bool = False
 ) -> ClusterReport | None:
     """Every process's inventory, assembled on process 0 (and every process with `all_print`); None elsewhere."""
+    from devctl.discovery import tpu
     from devctl.discovery.host import host_info
     from devctl.discovery.plugins import plugins_report
     from devctl.discovery.versions import installed_packages
@@ -110,9 +111,11 @@ def cluster_inventory(
 
     started = time.monotonic()
     root = HostRoot(host_root)
+    tpu_report = tpu.tpu_info(root)
+    platforms = _without_held_tpu(platforms, tpu_report)
     with ThreadPoolExecutor(max_workers=4) as pool:
         # Discovery runs while the child imports jax and waits for its peers.
-        hardware_f = pool.submit(discover_hardware, root)
+        hardware_f = pool.submit(discover_hardware, root, tpu_report)
         plugins_f = pool.submit(plugins_report, timeout_s=timeout_s)
         host_f = pool.submit(host_info, root)
         packages_f = pool.submit(installed_packages)
@@ -128,6 +131,15 @@ def cluster_inventory(
     if done.reports is None:
         return None
     return assemble(LIST_SCHEMA, done, _list_devices, started)
+
+
+def _without_held_tpu(platforms: list[str] | None, tpu_report) -> list[str] | None:
+    """Never race a running job for its TPU (libtpu allows one owner): leave TPU out of the probe while it is held."""
+    from devctl.discovery.tpu import held_reason
+
+    if not held_reason(tpu_report):
+        return platforms
+    return [p for p in platforms or ("cpu", "cuda", "rocm") if p != "tpu"]
 
 
 def _inventory(probe, hardware, plugins, host, started: float):
@@ -191,10 +203,7 @@ def cluster_memstats(params: ClusterParams, *, timeout_s: float, host_root: str 
     started = time.monotonic()
     sampler = MemstatsSampler(device_filter=None, timeout_s=timeout_s, host_root=host_root)
     sampler.tpu = tpu.tpu_info(HostRoot(host_root))
-    platforms = None
-    if any(c.holders for c in sampler.tpu.chips):
-        # As single-host memstats: never race a running job for its TPU (libtpu allows one owner).
-        platforms = ["cpu", "cuda", "rocm"]
+    platforms = _without_held_tpu(None, sampler.tpu)
     with ThreadPoolExecutor(max_workers=2) as pool:
         packages_f = pool.submit(installed_packages)
         nvml_f = pool.submit(_nvml_if_real, sampler.root)

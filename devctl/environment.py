@@ -58,6 +58,14 @@ def collect_environment() -> EnvironmentReport:
                     f"pip install -U '{w.distribution}>={w.minimum}'",
                 )
             )  # fmt: skip
+        elif w.verdict == "too new":
+            findings.append(
+                VersionFinding(
+                    "error", [w.distribution],
+                    f"{w.distribution} {w.version} is newer than the installed JAX CUDA packages accept ({w.minimum_source})",
+                    "reinstall with the versions JAX pins: pip install -U --force-reinstall 'jax[cuda13]' (or 'jax[cuda12]')",
+                )
+            )  # fmt: skip
     skew = nvidia.check_driver_vs_runtime(nvml.cuda_driver_version, nvidia.cuda_runtime_version(wheels))
     if skew is not None:
         findings.append(VersionFinding(skew.severity, ["nvidia-driver", "cuda-runtime"], skew.message, skew.hint or ""))

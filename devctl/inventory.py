@@ -51,7 +51,7 @@ class Inventory:
     notes: list[str] = field(default_factory=list)
 
 
-def discover_hardware(root: HostRoot) -> Hardware:
+def discover_hardware(root: HostRoot, tpu_report=None) -> Hardware:
     from devctl.discovery import amd, nvidia, tpu
     from devctl.model.hardware import NvmlReport
 
@@ -64,7 +64,7 @@ def discover_hardware(root: HostRoot) -> Hardware:
         nvidia=nvml,
         nvidia_device_nodes=nvidia.nvidia_device_nodes(root),
         nvidia_pci=nvidia.nvidia_pci_devices(root),
-        tpu=tpu.tpu_info(root),
+        tpu=tpu_report or tpu.tpu_info(root),
         amd=amd.amd_report(root),
     )
 
@@ -78,14 +78,19 @@ def collect_inventory(
     from devctl.probe.backends import probe_backends
     from devctl.probe.runner import DEFAULT_TIMEOUT_S
 
+    from devctl.discovery.tpu import held_reason, tpu_info
+
     timeout_s = timeout_s or DEFAULT_TIMEOUT_S
     root = HostRoot(host_root)
     started = time.monotonic()
+    # Before probing: never race a running job for its TPU (cheap where there is no TPU chip).
+    tpu_report = tpu_info(root)
+    held = held_reason(tpu_report)
     with ThreadPoolExecutor(max_workers=3) as pool:
-        hardware_f = pool.submit(discover_hardware, root)
+        hardware_f = pool.submit(discover_hardware, root, tpu_report)
         plugins_f = pool.submit(plugins_report, timeout_s=timeout_s)
         host_f = pool.submit(host_info, root)
-        probe = probe_backends(platforms, timeout_s=timeout_s)
+        probe = probe_backends(platforms, timeout_s=timeout_s, hold_off={"tpu": held} if held else None)
         hardware, plugins, host = hardware_f.result(), plugins_f.result(), host_f.result()
     return assemble_inventory(probe, hardware, plugins, host, started)
 
@@ -136,14 +141,24 @@ def unused_accelerators(backends: list[BackendInfo], devices: list[DeviceInfo], 
     used_bus_ids = {d.nvml_gpu["pci_bus_id"] for d in devices if d.nvml_gpu}
     cuda_devices = [d for d in devices if d.platform in ("gpu", "cuda")]
     gpus = list(getattr(hw.nvidia, "gpus", None) or ())
-    if gpus and not ("cuda" in ok and len(cuda_devices) >= len(gpus)):
+    if gpus and "cuda" not in ok:
         reason = _why_not(by_platform.get("cuda"), "no CUDA backend: install it with pip install -U 'jax[cuda13]' (or 'jax[cuda12]')")
         for g in gpus:
-            if g.pci_bus_id in used_bus_ids:
-                continue
-            if "cuda" in ok and not used_bus_ids:
-                reason = "not among JAX's CUDA devices (CUDA_VISIBLE_DEVICES or device order)"
             out.append(UnusedAccelerator("nvidia-gpu", g.name or "NVIDIA GPU", g.pci_bus_id or f"nvml index {g.index}", reason))
+    elif gpus and used_bus_ids:
+        for g in gpus:
+            if g.pci_bus_id not in used_bus_ids:
+                hidden = "not among JAX's CUDA devices: CUDA_VISIBLE_DEVICES or JAX_LOCAL_DEVICE_IDS hides it"
+                out.append(UnusedAccelerator("nvidia-gpu", g.name or "NVIDIA GPU", g.pci_bus_id or f"nvml index {g.index}", hidden))
+    elif gpus and len(cuda_devices) < len(gpus):
+        # CUDA gave no PCI bus ids to match by: the count is all that can be told.
+        missing = len(gpus) - len(cuda_devices)
+        out.append(
+            UnusedAccelerator(
+                "nvidia-gpu", gpus[0].name or "NVIDIA GPU", f"{missing} of {len(gpus)} GPUs (which ones: unknown)",
+                f"JAX's CUDA backend has {len(cuda_devices)} device(s) for {len(gpus)} GPUs: CUDA_VISIBLE_DEVICES or JAX_LOCAL_DEVICE_IDS hides the rest",
+            )
+        )  # fmt: skip
     elif not gpus and "cuda" not in ok:
         # No NVML (no driver, or --host-root): the PCI bus still shows the GPUs.
         nodes = any(n.rsplit("/", 1)[-1].startswith("nvidia") for n in hw.nvidia_device_nodes)

@@ -31,6 +31,8 @@ def parse_device_filter(values: list[str] | None) -> list[str] | None:
 class MemstatsSampler:
     def __init__(self, *, device_filter: list[str] | None, timeout_s: float, host_root: str = "/", publisher_dir: str | None = None):
         self.filter = device_filter
+        self.all_keys: list[str] = []
+        self.accelerators = False  # a bare --device id means the accelerator's device when JAX has one
         self.timeout_s = timeout_s
         self.root = HostRoot(host_root)
         self.publisher_dir = publisher_dir
@@ -45,12 +47,8 @@ class MemstatsSampler:
 
         read_publishers(self.publisher_dir, remove_stale=False)  # a bad snapshot directory is bad input: fail before probing
         self.tpu = tpu.tpu_info(self.root)
-        platforms = None
-        held = [c for c in self.tpu.chips if c.holders]
-        if held:
-            # Never race a running job for its TPU: libtpu allows one owner, and a job starting now would fail.
-            platforms = ["cpu", "cuda", "rocm"]
-        self.probe = probe_backends(platforms, timeout_s=self.timeout_s)
+        held = tpu.held_reason(self.tpu)
+        self.probe = probe_backends(timeout_s=self.timeout_s, hold_off={"tpu": held} if held else None)
         snapshot = self.sample()
         self._check_filter(snapshot)
         return snapshot
@@ -95,8 +93,10 @@ class MemstatsSampler:
         for problem in publishers.problems if publishers else ():
             problems.append(f"{problem.path}: {problem.reason}")
 
+        self.all_keys = [d.key for d in devices]
+        self.accelerators = any(d.source == "jax" and d.platform != "cpu" for d in devices)
         if self.filter:
-            devices = [d for d in devices if _matches(d, self.filter)]
+            devices = [d for d in devices if _matches(d, self.filter, self.accelerators)]
             keys = {d.key for d in devices}
             processes = [p for p in processes if p.device in keys]
         host = host_info(self.root)
@@ -114,23 +114,29 @@ class MemstatsSampler:
         )
 
     def _check_filter(self, snapshot: MemSnapshot) -> None:
-        if not self.filter:
-            return
-        known = [d.key for d in snapshot.devices]
-        for wanted in self.filter:
-            if not any(_matches_one(key, wanted) for key in known):
-                raise UsageError(f"--device {wanted!r} matches no device; devices here: {', '.join(known) or 'none'}")
+        for wanted in self.filter or ():
+            if not any(_matches_one(d.key, d.platform, wanted, self.accelerators) for d in snapshot.devices):
+                raise UsageError(f"--device {wanted!r} matches no device; devices here: {', '.join(self.all_keys) or 'none'}")
 
 
-def _matches(d: MemDevice, wanted: list[str]) -> bool:
-    return any(_matches_one(d.key, w) for w in wanted)
+# JAX names CUDA and ROCm devices' platform "gpu"; people type cuda:0 or rocm:0.
+_ALIASES = {"cuda": "gpu", "rocm": "gpu"}
 
 
-def _matches_one(key: str, wanted: str) -> bool:
+def _matches(d: MemDevice, wanted: list[str], accelerators: bool) -> bool:
+    return any(_matches_one(d.key, d.platform, w, accelerators) for w in wanted)
+
+
+def _matches_one(key: str, platform: str, wanted: str, accelerators: bool) -> bool:
+    """`wanted` is platform:id (with cuda/rocm meaning gpu) or a bare JAX id: the accelerator's when there is one."""
     if ":" in wanted:
-        return key == wanted
-    platform, _, ident = key.partition(":")
-    return platform not in ("nvml", "tpu-chip") and ident == wanted
+        want_platform, _, ident = wanted.partition(":")
+        want_platform = _ALIASES.get(want_platform, want_platform)
+        return key == f"{want_platform}:{ident}"
+    key_platform, _, ident = key.partition(":")
+    if key_platform in ("nvml", "tpu-chip") or ident != wanted:
+        return False
+    return platform != "cpu" if accelerators else True
 
 
 def _stat(stats: dict | None, name: str) -> int | None:

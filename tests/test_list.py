@@ -73,10 +73,11 @@ def test_host_root_tpu_v5e_chips_listed_as_unused_with_holder(tmp_path):
     validate_schema(doc, "list")
     chips = _unused(doc, "tpu-chip")
     assert len(chips) == 4 and all(c["name"] == "TPU v5e" for c in chips)
-    held = [c for c in chips if "4242" in c["reason"]]
+    held = [c for c in chips if c["reason"].startswith("held by pid 4242")]
     assert len(held) == 1 and "train.py" in held[0]["reason"]
     tpu = next(b for b in doc["backends"] if b["platform"] == "tpu")
-    assert tpu["status"] == "failed"  # chips are present, so JAX's quiet TPU failure is a real one
+    # A job holds a chip: devctl does not even try to start TPU (a second libtpu owner would fail, or fail the job).
+    assert tpu["status"] == "skipped" and "pid 4242" in tpu["error"]
 
 
 def test_host_root_tpu_v4_without_libtpu_says_install_it(tmp_path):
@@ -85,6 +86,8 @@ def test_host_root_tpu_v4_without_libtpu_says_install_it(tmp_path):
     chips = _unused(doc, "tpu-chip")
     assert len(chips) == 4
     assert all("libtpu" in c["reason"] or "tpu" in c["reason"] for c in chips)
+    tpu = next(b for b in doc["backends"] if b["platform"] == "tpu")
+    assert tpu["status"] == "failed"  # chips present and free: JAX's quiet TPU failure is a real one here
 
 
 def test_host_root_nvidia_gpus_shown_when_jax_is_cpu_only(tmp_path):
@@ -185,3 +188,49 @@ def test_env_reports_version_skew_from_real_metadata(tmp_path):
     doc = run_json("env", env=env)
     messages = [f["message"] for f in doc["findings"]]
     assert any("jaxlib is version 0.0.1" in m for m in messages), messages
+
+
+# -------------------------------------------------- GPUs JAX leaves unused (NVML is a driver boundary: data here)
+
+
+def _gpu(index: int):
+    from devctl.model.hardware import NvidiaGpu
+
+    return NvidiaGpu(index, "NVIDIA H100", f"GPU-{index}", f"0000:{0x18 + index:02x}:00.0", 80 << 30, 0, 80 << 30,
+                     (9, 0), 5, 5, 5, 16, 16, None, None, None)  # fmt: skip
+
+
+def _hardware(gpus: int):
+    from devctl.inventory import Hardware
+    from devctl.model.hardware import NvmlReport
+
+    return Hardware(NvmlReport("ok", None, "580.1", 13000, "13.0", tuple(_gpu(i) for i in range(gpus))), [], [], None, None)
+
+
+def _cuda(n: int, matched: bool):
+    from devctl.model.inventory import BackendInfo, BackendStatus, DeviceInfo
+
+    devices = [
+        DeviceInfo(i, "gpu", "NVIDIA H100", 0, nvml_gpu={"index": i, "pci_bus_id": _gpu(i).pci_bus_id} if matched else None)
+        for i in range(n)
+    ]
+    return [BackendInfo("cuda", BackendStatus.OK, device_count=n)], devices
+
+
+def test_gpus_hidden_from_jax_are_named_when_cuda_works():
+    from devctl.inventory import unused_accelerators
+
+    backends, devices = _cuda(2, matched=True)
+    unused = unused_accelerators(backends, devices, _hardware(4))
+    assert [u.location for u in unused] == [_gpu(2).pci_bus_id, _gpu(3).pci_bus_id]
+    assert all("CUDA_VISIBLE_DEVICES" in u.reason and "install" not in u.reason for u in unused)
+
+
+def test_gpus_all_in_use_are_not_listed_even_without_bus_ids():
+    from devctl.inventory import unused_accelerators
+
+    backends, devices = _cuda(4, matched=False)
+    assert unused_accelerators(backends, devices, _hardware(4)) == []
+    backends, devices = _cuda(3, matched=False)
+    (one,) = unused_accelerators(backends, devices, _hardware(4))
+    assert one.location.startswith("1 of 4") and "3 device(s) for 4 GPUs" in one.reason

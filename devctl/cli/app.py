@@ -68,9 +68,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(f"devctl: error: {_one_line(str(e))}\n")
         code = e.exit_code
     except BrokenPipeError:
-        # The reader went away (`devctl list | head`): nothing left to say, and no traceback.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = ExitCode.OK
+        from devctl.render.console import reader_gone
+
+        reader_gone()
     except KeyboardInterrupt:
         if debug:
             raise

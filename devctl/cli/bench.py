@@ -281,7 +281,27 @@ def load_baseline(path: str) -> list[dict]:
     if schema != m.SCHEMA or not isinstance(doc.get("results"), list):
         found = f"schema {schema!r}" if schema else "no schema field"
         raise UsageError(f"--baseline {path!r} is not a devctl bench transfer result ({found}; expected {m.SCHEMA!r})")
-    return [r for r in doc["results"] if isinstance(r, dict)]
+    for i, r in enumerate(doc["results"]):
+        problem = _baseline_cell_problem(r)
+        if problem:
+            raise UsageError(f"--baseline {path!r}: results[{i}] {problem}; give an unedited `devctl bench transfer --json` result")
+    return doc["results"]
+
+
+_BASELINE_FIELDS = {"direction": str, "variant": str, "size_bytes": int, "src": str, "dst": str}
+
+
+def _baseline_cell_problem(cell) -> str | None:
+    """What makes one baseline result unusable for the gate, checked before the benchmark runs."""
+    if not isinstance(cell, dict):
+        return "is not an object"
+    for name, kind in _BASELINE_FIELDS.items():
+        if not isinstance(cell.get(name), kind) or isinstance(cell.get(name), bool):
+            return f"has no valid {name!r} ({kind.__name__} expected, got {cell.get(name)!r})"
+    gbps = cell.get("gbps")
+    if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or gbps < 0):
+        return f"has gbps {gbps!r}, not a number of GB/s or null"
+    return None
 
 
 # ---- running -----------------------------------------------------------------------------------

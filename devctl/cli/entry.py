@@ -7,6 +7,7 @@ a test keeps fresh.
 """
 
 import os
+import signal
 import sys
 
 HELP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "root_help.txt")
@@ -20,6 +21,9 @@ def main() -> None:
             sys.exit(0)
         except OSError:
             pass  # not generated (a source checkout mid-edit): typer renders it
+    # A CI timeout or a closed terminal sends TERM or HUP: unwind like Ctrl-C, so probe children are ended too.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
     child = _probe_to_prestart(sys.argv[1:])
     if child:
         from devctl.probe.runner import prestart
@@ -28,6 +32,10 @@ def main() -> None:
     from devctl.cli.app import main as run
 
     run()
+
+
+def _exit_on_signal(signum, _frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _probe_to_prestart(args: list[str]) -> str | None:

@@ -26,7 +26,7 @@ MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
 
 def memstats(
     json_out: JsonOpt = False,
-    device: Annotated[Optional[list[str]], typer.Option("--device", "-d", metavar="ID", help="Only this device: a JAX id (0) or platform:id (cuda:1, tpu-chip:0). Repeatable.")] = None,
+    device: Annotated[Optional[list[str]], typer.Option("--device", "-d", metavar="ID", help="Only this device: a JAX id (0: the accelerator's when there is one) or platform:id (gpu:1 or cuda:1, cpu:0, tpu-chip:0). Repeatable.")] = None,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every --interval seconds until Ctrl-C or --count.")] = False,
     interval: Annotated[str, typer.Option("--interval", "-n", metavar="SECONDS", help="Seconds between refreshes with --watch (default 1).")] = "1",
     count: Annotated[Optional[str], typer.Option("--count", "-c", metavar="N", help="Stop after N refreshes.")] = None,

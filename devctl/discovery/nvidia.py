@@ -90,26 +90,24 @@ def normalize_pci_bus_id(bus_id: str | bytes | None) -> str | None:
 # --- NVML -----------------------------------------------------------------
 
 _NVML_LOCK = threading.Lock()  # nvmlInit/nvmlShutdown are refcounted; keep a report's pair together
-_session_depth = 0  # >0 inside nvml_session(): NVML stays initialized between reports
 
 
 @contextlib.contextmanager
 def nvml_session():
-    """Keep NVML initialized across several reports: a watch loop then pays nvmlInit once, not every sample."""
-    global _session_depth
-    pynvml = None
+    """Keep NVML initialized across several reports: a watch loop then pays the driver's init once, not every sample.
+
+    nvmlInit is reference-counted, so each report's own init and shutdown inside the session are cheap.
+    """
     try:
         import pynvml
 
         pynvml.nvmlInit()
     except Exception:  # no library, no driver: each report will say why
         pynvml = None
-    _session_depth += pynvml is not None
     try:
         yield
     finally:
         if pynvml is not None:
-            _session_depth -= 1
             try:
                 pynvml.nvmlShutdown()
             except Exception:

@@ -310,3 +310,12 @@ def tpu_env(environ: Mapping[str, str]) -> dict[str, str]:
         if name.startswith(_TPU_ENV_PREFIXES) and name not in out:
             out[name] = environ[name]
     return out
+
+
+def held_reason(report: TpuReport) -> str | None:
+    """Why devctl must not initialize the TPU now: another process holds a chip (libtpu allows one owner)."""
+    holders = {p.pid: p for chip in report.chips for p in chip.holders}
+    if not holders:
+        return None
+    who = ", ".join(f"pid {p.pid} ({p.command or '?'})" for p in holders.values())
+    return f"not started: the TPU is held by {who}, and a second libtpu owner would fail or make a starting job fail"

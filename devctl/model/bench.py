@@ -26,7 +26,7 @@ VARIANT_HELP = {
     ("h2d", "aligned"): "jax.device_put(page-aligned numpy array), which JAX may alias instead of copying",
     ("h2d", "pinned"): "jax.device_put(array in pinned_host memory) to device memory",
     ("d2h", "numpy"): "np.asarray(fresh device array)",
-    ("d2h", "copy"): "np.array(fresh device array, copy=True): a writable host copy",
+    ("d2h", "copy"): "a real host copy of a fresh device array: np.array(x, copy=True) on CPU (where np.asarray is a view), np.asarray(x) elsewhere",
     ("d2h", "pinned"): "jax.device_put(fresh device array, pinned_host sharding), then np.asarray",
     ("d2h", "async"): "x.copy_to_host_async(), then np.asarray(x)",
     ("d2d", "put"): "jax.device_put(x, other device)",

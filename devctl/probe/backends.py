@@ -37,14 +37,19 @@ class BackendsProbe:
 
 
 def probe_backends(
-    platforms: list[str] | None = None, *, timeout_s: float, memory_stats: bool = True
+    platforms: list[str] | None = None, *, timeout_s: float, memory_stats: bool = True, hold_off: dict[str, str] | None = None
 ) -> BackendsProbe:
-    """Initialize every JAX backend (or only `platforms`) in child processes; never raises for a bad backend."""
-    from devctl.model.inventory import BackendInfo, DeviceInfo
+    """Initialize every JAX backend (or only `platforms`) in child processes; never raises for a bad backend.
+
+    `hold_off` names platforms not to touch at all, with the reason (a TPU another process holds).
+    """
+    from devctl.model.inventory import BackendInfo, BackendStatus, DeviceInfo
     from devctl.probe.runner import collect, run_child, send_request, take_prestarted
 
     result = BackendsProbe()
-    by_platform: dict[str, BackendInfo] = {}
+    by_platform: dict[str, BackendInfo] = {
+        name: BackendInfo(platform=name, status=BackendStatus.SKIPPED, error=reason) for name, reason in (hold_off or {}).items()
+    }
     devices: dict[str, list[DeviceInfo]] = {}
     skip_plugins: list[str] = []
     skip_platforms: list[str] = []
@@ -75,9 +80,8 @@ def probe_backends(
             elif kind == "plugin" and event.get("status") != "ok":
                 info = BackendInfo.from_plugin_event(event)
                 by_platform[info.platform] = info
-            elif kind == "done":
-                result.default_platform = event.get("default_platform")
-        if child.ok and child.last("done"):
+        if child.last("done"):
+            # Finished: a runtime that then crashes or hangs while the interpreter exits changes nothing.
             break
         culprit = _culprit(child)
         if culprit is None:  # died outside any backend: nothing more a retry can learn
@@ -92,8 +96,17 @@ def probe_backends(
             by_platform[name] = _failed(name, child, f"while initializing backend {name!r}")
     result.backends = list(by_platform.values())
     result.devices = [d for p in by_platform for d in devices.get(p, [])]
+    result.default_platform = default_platform(result.backends)
     result.elapsed_s = time.monotonic() - started
     return result
+
+
+def default_platform(backends: list[BackendInfo]) -> str | None:
+    """The backend jax.devices() would use: the working one with the highest priority (JAX_PLATFORMS order when set)."""
+    from devctl.model.inventory import BackendStatus
+
+    ok = [b for b in backends if b.status is BackendStatus.OK]
+    return max(ok, key=lambda b: b.priority if b.priority is not None else -1).platform if ok else None
 
 
 def _pjrt_env_items() -> list[str]:
@@ -154,6 +167,8 @@ def _child_main() -> None:
         if event["status"] == "ok" and (best is None or priority > best):
             default, best = platform, priority
     emit("done", default_platform=default)
+    # Leave now: some runtimes abort or hang in their exit-time destructors, and nothing is left to say.
+    os._exit(0)
 
 
 def instrument_plugin_discovery(xb, emit, skip: set[str]) -> None:
@@ -214,9 +229,12 @@ def platforms_to_try(xb, requested: list[str] | None) -> list[tuple[str, int, bo
     # A platform the user named (JAX_PLATFORMS, --platform) must start: JAX raises instead of failing quietly.
     named = bool(requested or os.environ.get("JAX_PLATFORMS"))
     out = []
-    for name in dict.fromkeys(names):
+    ordered = list(dict.fromkeys(names))
+    for index, name in enumerate(ordered):
         reg = registered.get(name)
-        out.append((name, reg.priority if reg else -1, bool(reg and reg.fail_quietly and not named)))
+        # As in JAX: a named list's order is its priority (the first is the default); otherwise the registration's.
+        priority = len(ordered) - index if named else (reg.priority if reg else -1)
+        out.append((name, priority, bool(reg and reg.fail_quietly and not named)))
     return sorted(out, key=lambda t: -t[1])
 
 
@@ -275,14 +293,14 @@ def _device(d, process_index: int, want_stats: bool) -> dict:
         if value is not None:
             attrs[name] = list(value) if isinstance(value, tuple) else value
     if d.platform in ("gpu", "cuda") and "pci_bus_id" not in attrs and local:
-        bus_id = _cuda_pci_bus_id(info["local_hardware_id"])
+        bus_id = cuda_pci_bus_id(info["local_hardware_id"])
         if bus_id:
             attrs["pci_bus_id"] = bus_id
     info["attributes"] = attrs
     return info
 
 
-def _cuda_pci_bus_id(ordinal: int | None) -> str | None:
+def cuda_pci_bus_id(ordinal: int | None) -> str | None:
     """The PCI bus id of CUDA device `ordinal`, asked of the driver API the CUDA client already initialized.
 
     JAX does not expose it, and it is the only key that matches a JAX device to

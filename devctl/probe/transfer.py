@@ -377,7 +377,9 @@ class Bench:
         if spec.variant == "numpy":
             op = np.asarray
         elif spec.variant == "copy":
-            op = lambda a: np.array(a, copy=True)
+            # One real host copy: on CPU np.asarray is a view, so copy explicitly; elsewhere
+            # np.asarray already returns a fresh host copy, and np.array(copy=True) would time a second memcpy.
+            op = (lambda a: np.array(a, copy=True)) if spec.src.platform == "cpu" else np.asarray
         elif spec.variant == "pinned":
             from jax.sharding import SingleDeviceSharding
 
@@ -848,19 +850,17 @@ def read_nvml_links(gpus: list) -> tuple[dict[int, m.PcieLink], str | None]:
 
 
 def _nvml_handle(pynvml, dev):
-    """NVML's handle for a jax GPU device: by PCI bus id where JAX exposes it, else by CUDA ordinal."""
-    bus = getattr(dev, "pci_bus_id", None)
+    """NVML's handle for a jax GPU device, by the PCI bus id CUDA gives for it (the probe's lookup)."""
+    from devctl.probe.backends import cuda_pci_bus_id
+
+    bus = getattr(dev, "pci_bus_id", None) or cuda_pci_bus_id(dev.local_hardware_id)
     if bus:
         return pynvml.nvmlDeviceGetHandleByPciBusId(bus)
+    # No bus id (no libcuda to ask): CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA's ordinals NVML's indexes.
     ordinal = dev.local_hardware_id if dev.local_hardware_id is not None else dev.id
-    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    if visible and ordinal < len(visible):
-        entry = visible[ordinal]
-        if entry.isdigit():
-            return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
-        return pynvml.nvmlDeviceGetHandleByUUID(entry)
-    # CUDA's default order (fastest first) matches NVML's (PCI bus) order on the uniform nodes this targets.
-    return pynvml.nvmlDeviceGetHandleByIndex(ordinal)
+    if os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" and not os.environ.get("CUDA_VISIBLE_DEVICES"):
+        return pynvml.nvmlDeviceGetHandleByIndex(ordinal)
+    raise LookupError(f"cannot tell which NVML GPU is CUDA device {ordinal}: no PCI bus id from CUDA")
 
 
 def _nvml_link(pynvml, dev) -> m.PcieLink:

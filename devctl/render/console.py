@@ -17,14 +17,27 @@ def stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
 
 
+def reader_gone() -> None:
+    """stdout's reader went away (`devctl list | head -1`): stop quietly, with success; the reader chose to stop."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError:
+        pass
+    raise SystemExit(0)
+
+
 @lru_cache(maxsize=None)
 def _console(stderr: bool):
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich's own exits 1, the code of a failed check
+            reader_gone()
+
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
     no_color = bool(os.environ.get("NO_COLOR")) or not tty
-    return Console(
+    return _Console(
         file=stream,
         stderr=stderr,
         no_color=no_color,
@@ -32,7 +45,7 @@ def _console(stderr: bool):
         highlight=False,
         emoji=False,
         # Off a terminal, never wrap: lines stay whole for grep and diff.
-        width=None if tty else 200,
+        width=None if tty else 100_000,
         soft_wrap=not tty,
     )
 
@@ -56,14 +69,20 @@ def table_box():
 
 def print_json(document: dict) -> None:
     """One JSON document on stdout: plain json.dumps, no markup, no wrapping."""
-    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
-    sys.stdout.flush()
+    _write(json.dumps(document, indent=2, default=str) + "\n")
 
 
 def print_json_line(document: dict) -> None:
     """One JSON Lines record on stdout, flushed for `| jq`."""
-    sys.stdout.write(json.dumps(document, separators=(",", ":"), default=str) + "\n")
-    sys.stdout.flush()
+    _write(json.dumps(document, separators=(",", ":"), default=str) + "\n")
+
+
+def _write(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_gone()
 
 
 def warn(message: str) -> None:

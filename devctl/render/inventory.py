@@ -21,7 +21,7 @@ def render_inventory(inv) -> None:
     devices = sorted(inv.devices, key=lambda d: (d.platform, d.process_index, d.id))
     for platform, group in groupby(devices, key=lambda d: d.platform):
         group = list(group)
-        b = backends.get(platform) or backends.get("cuda" if platform == "gpu" else platform)
+        b = backends.get(platform) or (backends.get("cuda") or backends.get("rocm") if platform == "gpu" else None)
         title = f"{platform}: {len(group)} device(s)"
         if b is not None:
             title += f", {b.platform_version or ''}".rstrip(", ")
