@@ -116,11 +116,17 @@ def test_all_variants(variants_run):
         ("d2d", "put"), ("d2d", "donate"),
         ("d2d-self", "put"), ("d2d-self", "donate"),
     }  # fmt: skip
+    # Recent jaxlibs give CPU devices pinned_host memory; older ones (jax 0.6) only unpinned_host.
+    pinned = "pinned_host" in doc["devices"][0]["memory_kinds"]
     for c in doc["results"]:
-        assert not c["skipped"], c  # CPU devices offer pinned_host memory
+        if c["variant"] == "pinned" and not pinned:
+            assert c["skipped"] and "pinned_host" in c["note"], c
+            continue
+        assert not c["skipped"], c
         assert c["verified"] is True, c
     # Real copies on CPU: a pinned_host round trip, an owned numpy copy, a donated put to another device.
-    for direction, variant in (("h2d", "pinned"), ("d2h", "copy"), ("d2h", "pinned"), ("d2d", "donate")):
+    real = (("d2h", "copy"), ("d2d", "donate")) + ((("h2d", "pinned"), ("d2h", "pinned")) if pinned else ())
+    for direction, variant in real:
         c = one(doc, direction=direction, variant=variant, size_bytes=MIB)
         assert c["gbps"] > 0 and not c["zero_copy"], c
     # Donating to the same device hands the buffer over: nothing is copied.

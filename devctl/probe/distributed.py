@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import inspect
 import math
 import os
 import re
@@ -439,6 +440,9 @@ def _join(jax, distributed, request: dict, timeout_s: float) -> None:
     explicit = None not in (request.get("coordinator"), request.get("num_processes"), request.get("process_id"))
     if explicit:
         kwargs["cluster_detection_method"] = "deactivate"  # all given: no metadata-server or scheduler lookups
+    # Older jax (0.6, the newest for Python 3.10) has no heartbeat or shutdown timeouts: pass what this one takes.
+    accepted = inspect.signature(jax.distributed.initialize).parameters
+    kwargs = {k: v for k, v in kwargs.items() if k in accepted}
     jax.distributed.initialize(request.get("coordinator"), request.get("num_processes"), request.get("process_id"), **kwargs)
 
 
