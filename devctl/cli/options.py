@@ -8,7 +8,6 @@ import typer
 
 from devctl.errors import UsageError
 
-KNOWN_PLATFORMS = ("cpu", "cuda", "rocm", "tpu", "gpu", "metal", "oneapi", "xpu", "proxy")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 # Parsed by check_timeout, not typer, so a bad value is named in the error.
@@ -83,16 +82,24 @@ def check_host_root(path: str) -> str:
     return path
 
 
-def check_platforms(platforms: list[str] | None, extra_known: tuple[str, ...] = ()) -> list[str] | None:
-    """Lower-cased platform names, `gpu` kept as an alias JAX expands itself."""
+def check_platforms(platforms: list[str] | None) -> list[str] | None:
+    """Lower-cased platform names, `gpu` kept as an alias JAX expands itself.
+
+    Accepted: the platforms JAX knows by name, and those PJRT_NAMES_AND_LIBRARY_PATHS adds.
+    """
     if not platforms:
         return None
+    import os
+
+    from devctl.discovery.envvars import KNOWN_PLATFORM_NAMES
+
+    from_env = [item.split(os.pathsep)[0].lower() for item in os.environ.get("PJRT_NAMES_AND_LIBRARY_PATHS", "").split(",") if item]
+    known = set(KNOWN_PLATFORM_NAMES) | set(from_env)
     names = []
     for item in platforms:
         for name in item.split(","):
             name = name.strip().lower()
-            if name not in KNOWN_PLATFORMS and name not in extra_known:
-                accepted = ", ".join(sorted(set(KNOWN_PLATFORMS) | set(extra_known)))
-                raise UsageError(f"unknown --platform {name!r}; accepted: {accepted}")
+            if name not in known:
+                raise UsageError(f"unknown --platform {name!r}; accepted: {', '.join(sorted(known))}")
             names.append(name)
     return names

@@ -272,12 +272,16 @@ def _gpu_processes(pynvml: Any, gpu: NvidiaGpu, top: _Fields) -> list[GpuProcess
 
 
 def _process(gpu: NvidiaGpu, pid: int, used: int | None, kind: str) -> GpuProcess:
-    from devctl.discovery.procs import process_ref
-    from devctl.hostroot import HostRoot
+    from devctl.discovery.procs import fd_targets, process_ref
 
     root = HostRoot("/")
-    if not root.exists(f"/proc/{pid}"):
-        # NVML reports pids of the host's pid namespace; inside a container they point nowhere.
+    # NVML reports pids of the host's pid namespace. Inside a container such a pid points nowhere, or at an
+    # unrelated process of the container: trust it only if that process has an NVIDIA device open.
+    try:
+        targets = fd_targets(root, pid)
+    except ProcessLookupError:
+        targets = []
+    if not root.exists(f"/proc/{pid}") or (targets is not None and not any(t.startswith("/dev/nvidia") for t in targets)):
         return GpuProcess(gpu.index, gpu.uuid, pid, used, kind, None, None, False)
     ref = process_ref(root, pid)
     return GpuProcess(gpu.index, gpu.uuid, pid, used, kind, ref.user, ref.command, True)

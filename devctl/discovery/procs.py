@@ -33,7 +33,7 @@ def scan_holders(root: HostRoot, match: str | re.Pattern[str] | Iterable[str]) -
         if pid in ours:
             continue
         try:
-            targets = _fd_targets(root, pid)
+            targets = fd_targets(root, pid)
         except ProcessLookupError:
             continue  # exited while we looked
         if targets is None:
@@ -76,7 +76,7 @@ def _pids(root: HostRoot) -> list[int]:
     return sorted(int(name) for name in root.listdir("/proc") if name.isdigit())
 
 
-def _fd_targets(root: HostRoot, pid: int) -> list[str] | None:
+def fd_targets(root: HostRoot, pid: int) -> list[str] | None:
     """Link targets of the pid's fds; None when they cannot be read. ProcessLookupError when it is gone."""
     fd_dir = root.path(f"/proc/{pid}/fd")
     try:
