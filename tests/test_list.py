@@ -234,3 +234,12 @@ def test_gpus_all_in_use_are_not_listed_even_without_bus_ids():
     backends, devices = _cuda(3, matched=False)
     (one,) = unused_accelerators(backends, devices, _hardware(4))
     assert one.location.startswith("1 of 4") and "3 device(s) for 4 GPUs" in one.reason
+
+
+def test_platform_named_by_pjrt_env_is_accepted_and_its_failure_named(tmp_path):
+    bogus = tmp_path / "libquantum.so"
+    bogus.write_text("not a library")
+    env = devctl_env(devices=1, PJRT_NAMES_AND_LIBRARY_PATHS=f"quantum{os.pathsep}{bogus}")
+    doc = run_json("list", "--platform", "quantum", env=env)
+    (quantum,) = [b for b in doc["backends"] if b["platform"] == "quantum"]
+    assert quantum["status"] in ("failed", "crashed") and quantum["error"]
