@@ -32,6 +32,16 @@ from devctl.model.distributed import (
 # ---------------------------------------------------------------- cluster parameters
 
 
+def cluster_from_flags(
+    distributed: bool, coordinator: str | None, num_processes: str | None, process_id: str | None, all_print: bool
+) -> ClusterParams | None:
+    """None when no cluster flag was given; else the validated cluster (a cluster flag without --distributed is bad input)."""
+    if not (distributed or coordinator or num_processes or process_id or all_print):
+        return None
+    check_cluster_flags(distributed, coordinator=coordinator, num_processes=num_processes, process_id=process_id, all_print=all_print)
+    return cluster_params(coordinator, num_processes, process_id)
+
+
 def cluster_params(coordinator: str | None, num_processes: str | None, process_id: str | None) -> ClusterParams:
     """Validated --coordinator/--num-processes/--process-id; what is left out, JAX auto-detects."""
     coord = check_coordinator(coordinator) if coordinator is not None else None

@@ -73,12 +73,9 @@ def check(
         )
     )  # fmt: skip
     root = check_host_root(host_root)
-    cluster = None
-    if distributed or coordinator or num_processes or process_id or all_print:
-        from devctl.distributed import check_cluster_flags, cluster_params
+    from devctl.distributed import cluster_from_flags
 
-        check_cluster_flags(distributed, coordinator=coordinator, num_processes=num_processes, process_id=process_id, all_print=all_print)
-        cluster = cluster_params(coordinator, num_processes, process_id)
+    cluster = cluster_from_flags(distributed, coordinator, num_processes, process_id, all_print)
     if junit_xml is not None:
         ensure_writable(junit_xml, "--junit-xml")
 

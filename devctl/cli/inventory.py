@@ -33,8 +33,11 @@ def list_devices(
     platforms = check_platforms(platform)
     timeout_s = check_timeout(timeout)
     root = check_host_root(host_root)
-    if distributed or coordinator or num_processes or process_id or all_print:
-        _list_cluster(json_out, platforms, timeout_s, root, distributed, coordinator, num_processes, process_id, all_print)
+    from devctl.distributed import cluster_from_flags
+
+    cluster = cluster_from_flags(distributed, coordinator, num_processes, process_id, all_print)
+    if cluster is not None:
+        _list_cluster(json_out, platforms, timeout_s, root, cluster, all_print)
         return
 
     from devctl.inventory import collect_inventory
@@ -51,11 +54,9 @@ def list_devices(
         render_inventory(inv)
 
 
-def _list_cluster(json_out, platforms, timeout_s, root, distributed, coordinator, num_processes, process_id, all_print) -> None:
-    from devctl.distributed import check_cluster_flags, cluster_inventory, cluster_params
+def _list_cluster(json_out, platforms, timeout_s, root, params, all_print) -> None:
+    from devctl.distributed import cluster_inventory
 
-    check_cluster_flags(distributed, coordinator=coordinator, num_processes=num_processes, process_id=process_id, all_print=all_print)
-    params = cluster_params(coordinator, num_processes, process_id)
     report = cluster_inventory(params, platforms=platforms, timeout_s=timeout_s, host_root=root, all_print=all_print)
     if report is None:  # not process 0: it prints the cluster
         return

@@ -41,9 +41,11 @@ def memstats(
     """Device memory: the allocator view (memory_stats), the driver view (NVML), the host view, and running jobs' own views."""
     from devctl.memstats import parse_device_filter
 
-    if distributed or coordinator or num_processes or process_id or all_print:
-        cluster = dict(coordinator=coordinator, num_processes=num_processes, process_id=process_id, all_print=all_print)
-        _memstats_cluster(json_out, timeout, host_root, distributed, cluster, device=device, watch=watch, count=count)
+    from devctl.distributed import cluster_from_flags
+
+    cluster = cluster_from_flags(distributed, coordinator, num_processes, process_id, all_print)
+    if cluster is not None:
+        _memstats_cluster(json_out, timeout, host_root, cluster, all_print, device=device, watch=watch, count=count)
         return
 
     interval_s = _interval(interval)
@@ -64,17 +66,15 @@ def memstats(
     _watch(sampler, first, interval_s, samples, json_out)
 
 
-def _memstats_cluster(json_out: bool, timeout, host_root: str, distributed: bool, cluster: dict, **single_host_only) -> None:
-    from devctl.distributed import check_cluster_flags, cluster_memstats, cluster_params
+def _memstats_cluster(json_out: bool, timeout, host_root: str, params, all_print: bool, **single_host_only) -> None:
+    from devctl.distributed import cluster_memstats
 
-    check_cluster_flags(distributed, **cluster)
     for name, value in single_host_only.items():
         if value:  # one snapshot per process, filtered by device keys that repeat across hosts: not a cluster view
             raise UsageError(f"--{name} is not supported with --distributed; filter the --json output (e.g. with jq) instead")
     timeout_s = check_timeout(timeout)
     root = check_host_root(host_root)
-    params = cluster_params(cluster["coordinator"], cluster["num_processes"], cluster["process_id"])
-    report = cluster_memstats(params, timeout_s=timeout_s, host_root=root, all_print=cluster["all_print"])
+    report = cluster_memstats(params, timeout_s=timeout_s, host_root=root, all_print=all_print)
     if report is None:  # not process 0: it prints the cluster
         return
     from devctl.render.distributed import print_cluster
