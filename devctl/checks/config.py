@@ -49,7 +49,8 @@ class Flags:
 
 def resolve(flags: Flags, cwd: str | None = None) -> CheckOptions:
     from devctl.checks.runner import select
-    from devctl.cli.options import check_platforms, check_timeout
+    from devctl.discovery.envvars import check_platforms
+    from devctl.probe.runner import check_timeout
     from devctl.probe.runner import DEFAULT_TIMEOUT_S
 
     table, where = load_table(flags.config, cwd)
@@ -149,7 +150,7 @@ def _as_table(table: Any, path: Path) -> dict[str, Any]:
 
 def _from_file(key: str, value: Any, where: str | None) -> Any:
     """A config value parsed as its flag would be, with errors naming the file and key."""
-    from devctl.cli.options import check_platforms
+    from devctl.discovery.envvars import check_platforms
 
     label = f"{key} in [{TABLE}] of {where}"
     try:

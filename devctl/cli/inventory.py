@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from devctl.discovery.envvars import check_platforms
 from devctl.cli.options import (
     AllPrintOpt,
     CoordinatorOpt,
@@ -13,7 +14,6 @@ from devctl.cli.options import (
     ProcessIdOpt,
     TimeoutOpt,
     check_host_root,
-    check_platforms,
     check_timeout,
 )
 

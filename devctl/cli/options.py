@@ -58,20 +58,6 @@ AllPrintOpt = Annotated[
 ]
 
 
-def check_timeout(text: str | None) -> float:
-    from devctl.probe.runner import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
-
-    if text is None:
-        return DEFAULT_TIMEOUT_S
-    try:
-        timeout_s = float(text)
-    except ValueError:
-        timeout_s = float("nan")
-    if not (0 < timeout_s <= MAX_TIMEOUT_S):  # NaN fails this too
-        raise UsageError(f"--timeout (or DEVCTL_TIMEOUT) must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {text!r}")
-    return timeout_s
-
-
 def check_host_root(path: str) -> str:
     import os
 
@@ -82,24 +68,8 @@ def check_host_root(path: str) -> str:
     return path
 
 
-def check_platforms(platforms: list[str] | None) -> list[str] | None:
-    """Lower-cased platform names, `gpu` kept as an alias JAX expands itself.
+def check_timeout(text: str | None) -> float:
+    """The --timeout every command takes (the probe runner owns its bounds); imported late to keep --help light."""
+    from devctl.probe.runner import check_timeout as parse
 
-    Accepted: the platforms JAX knows by name, and those PJRT_NAMES_AND_LIBRARY_PATHS adds.
-    """
-    if not platforms:
-        return None
-    import os
-
-    from devctl.discovery.envvars import KNOWN_PLATFORM_NAMES
-
-    from_env = [item.split(os.pathsep)[0].lower() for item in os.environ.get("PJRT_NAMES_AND_LIBRARY_PATHS", "").split(",") if item]
-    known = set(KNOWN_PLATFORM_NAMES) | set(from_env)
-    names = []
-    for item in platforms:
-        for name in item.split(","):
-            name = name.strip().lower()
-            if name not in known:
-                raise UsageError(f"unknown --platform {name!r}; accepted: {', '.join(sorted(known))}")
-            names.append(name)
-    return names
+    return parse(text)

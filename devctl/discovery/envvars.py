@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Mapping
 
+from devctl.errors import UsageError
 from devctl.model.environment import EnvVar
 
 KNOWN_PLATFORM_NAMES = ("cpu", "cuda", "rocm", "tpu", "gpu", "metal", "oneapi", "sycl", "xpu", "proxy", "interpreter")
@@ -131,3 +132,22 @@ def env_vars(environ: Mapping[str, str] | None = None) -> list[EnvVar]:
             problem = problem or both or "deprecated: use XLA_CLIENT_MEM_FRACTION"
         out.append(EnvVar(name=name, value=value, meaning=meaning, problem=problem))
     return out
+
+
+def check_platforms(platforms: list[str] | None) -> list[str] | None:
+    """Lower-cased platform names, `gpu` kept as an alias JAX expands itself.
+
+    Accepted: the platforms JAX knows by name, and those PJRT_NAMES_AND_LIBRARY_PATHS adds.
+    """
+    if not platforms:
+        return None
+    from_env = [item.split(os.pathsep)[0].lower() for item in os.environ.get("PJRT_NAMES_AND_LIBRARY_PATHS", "").split(",") if item]
+    known = set(KNOWN_PLATFORM_NAMES) | set(from_env)
+    names = []
+    for item in platforms:
+        for name in item.split(","):
+            name = name.strip().lower()
+            if name not in known:
+                raise UsageError(f"unknown --platform {name!r}; accepted: {', '.join(sorted(known))}")
+            names.append(name)
+    return names
