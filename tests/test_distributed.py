@@ -331,6 +331,34 @@ def test_gather_names_a_dead_peer_quickly_and_keeps_the_others():
     assert reports == [{"a": 0}, None, {"a": 2}] and dead == [1]
 
 
+def test_joining_waits_for_the_coordinator_to_open_its_port():
+    # A gRPC client that finds the port closed backs off a second or more; devctl connects only once it is open.
+    import threading
+
+    from devctl.probe.distributed import wait_until_listening
+
+    port = free_port()
+    assert wait_until_listening(f"127.0.0.1:{port}", 0.2) is False  # nobody there: gives up at its deadline
+    assert wait_until_listening("no-port-here", 30) is False  # JAX's own connect reports a malformed address
+
+    opened = threading.Event()
+
+    def coordinator_starts_late() -> None:
+        time.sleep(0.3)
+        with socket.create_server(("127.0.0.1", port)) as server:
+            opened.set()
+            server.settimeout(30)
+            server.accept()[0].close()
+
+    thread = threading.Thread(target=coordinator_starts_late)
+    thread.start()
+    try:
+        assert wait_until_listening(f"127.0.0.1:{port}", 30) is True
+        assert opened.is_set()
+    finally:
+        thread.join(timeout=30)
+
+
 def test_missing_message_separates_dead_from_silent():
     from devctl.model.distributed import Joined
     from devctl.probe.distributed import _missing_message

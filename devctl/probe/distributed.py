@@ -430,7 +430,7 @@ def _prefer_gloo(jax) -> None:
 
 def _join(jax, distributed, request: dict, timeout_s: float) -> None:
     seconds = max(1, math.ceil(timeout_s))
-    _bound_registration(distributed, seconds)
+    _bound_joining(distributed, seconds)
     kwargs: dict[str, Any] = {
         "initialization_timeout": seconds + _CONNECT_MARGIN_S,
         # Heartbeats must never end the run before devctl's own, named, timeouts do.
@@ -446,12 +446,18 @@ def _join(jax, distributed, request: dict, timeout_s: float) -> None:
     jax.distributed.initialize(request.get("coordinator"), request.get("num_processes"), request.get("process_id"), **kwargs)
 
 
-class _RuntimeWithRegisterTimeout:
-    """jaxlib's runtime module, with the coordination service told how long to wait for every process to register.
+class _BoundedRuntime:
+    """jaxlib's runtime module, with JAX's two waits on joining made to end on time and early.
 
+    The service is told how long to wait for every process to register:
     jax.distributed.initialize leaves that to the service's default, which is
-    longer than its clients wait: the clients then die with a bare
+    longer than its clients wait, and the clients then die with a bare
     DEADLINE_EXCEEDED instead of the service's error naming who never came.
+
+    The client is created only once the coordinator listens: a gRPC client
+    that finds the port closed backs off for a second or more before it tries
+    again, and processes that start together (srun, gcloud --worker=all) often
+    reach the coordinator before process 0 has opened it.
     """
 
     def __init__(self, runtime, seconds: int):
@@ -467,11 +473,34 @@ class _RuntimeWithRegisterTimeout:
         except TypeError:  # a jaxlib without the parameter
             return self._runtime.get_distributed_runtime_service(*args, **kwargs)
 
+    def get_distributed_runtime_client(self, address, *args, **kwargs):
+        wait_until_listening(address, self._seconds)
+        return self._runtime.get_distributed_runtime_client(address, *args, **kwargs)
 
-def _bound_registration(distributed, seconds: int) -> None:
+
+def wait_until_listening(address: str, seconds: float, poll_s: float = 0.01) -> bool:
+    """Whether HOST:PORT accepted a TCP connection within `seconds`; past that, JAX's own connect reports the failure."""
+    import socket
+
+    host, _, port = str(address).rpartition(":")
+    if not port.isdigit():
+        return False
+    deadline = time.monotonic() + seconds
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=max(0.1, min(1.0, remaining))).close()
+            return True
+        except OSError:
+            if remaining <= 0:
+                return False
+            time.sleep(poll_s)
+
+
+def _bound_joining(distributed, seconds: int) -> None:
     runtime = getattr(distributed, "_jax", None)
     if runtime is not None and hasattr(runtime, "get_distributed_runtime_service"):
-        distributed._jax = _RuntimeWithRegisterTimeout(runtime, seconds)
+        distributed._jax = _BoundedRuntime(runtime, seconds)
 
 
 def _probe_local(probe: dict) -> dict:
