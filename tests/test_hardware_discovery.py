@@ -12,6 +12,7 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 import hosttrees
+from conftest import devctl_env
 from devctl.discovery import amd, host, nvidia, procs, tpu
 from devctl.hostroot import HostRoot
 from devctl.model import to_jsonable
@@ -350,6 +351,20 @@ def test_nvml_report_here_is_unavailable_not_an_error():
     assert report.status == "unavailable"
     assert report.reason and report.gpus == ()
     assert report.unavailable["nvml"] == report.reason
+
+
+def test_without_the_nvml_library_pynvml_is_not_imported_and_says_the_same(monkeypatch):
+    if nvidia.nvml_report().status == "ok":
+        pytest.skip("this machine has a working NVIDIA driver")
+    code = "import sys; from devctl.discovery import nvidia; r = nvidia.nvml_report(); print(r.status, r.reason, 'pynvml' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], env=devctl_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    fast = proc.stdout.strip()
+    import pynvml  # now nvidia-ml-py itself looks for the library
+
+    monkeypatch.setattr(pynvml, "nvmlLib", None)
+    full = nvidia.nvml_report()
+    assert fast == f"{full.status} {full.reason} False"
 
 
 def test_nvml_shadowed_module_is_an_error(monkeypatch):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -99,6 +100,8 @@ def nvml_session():
     nvmlInit is reference-counted, so each report's own init and shutdown inside the session are cheap.
     """
     try:
+        if _nvml_library_absent():
+            raise OSError(_NO_LIBRARY)
         import pynvml
 
         pynvml.nvmlInit()
@@ -125,6 +128,8 @@ class NvmlUnavailable(Exception):
 @contextlib.contextmanager
 def nvml_initialized():
     """Yield the pynvml module with NVML initialized, shut down again afterwards; raise NvmlUnavailable if it cannot be."""
+    if _nvml_library_absent():
+        raise NvmlUnavailable("unavailable", _NO_LIBRARY)
     try:
         import pynvml
     except ImportError as e:
@@ -163,13 +168,30 @@ def _without_nvml(status: str, reason: str) -> NvmlReport:
     return NvmlReport(status, reason, None, None, None, (), {"nvml": reason})
 
 
+_NVML_LIBRARY = "libnvidia-ml.so.1"  # what pynvml loads on Linux
+_NO_LIBRARY = f"{_NVML_LIBRARY} not found: no NVIDIA driver installed, or not mounted into this container"
+
+
+def _nvml_library_absent() -> bool:
+    """Whether the dynamic loader cannot find NVML; then importing pynvml (40 ms) could only say the same."""
+    if "pynvml" in sys.modules or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        ctypes.CDLL(_NVML_LIBRARY)  # stays loaded for pynvml, as its own load would
+    except OSError:
+        return True
+    return False
+
+
 def _is_absent_driver(pynvml: Any, e: Exception) -> bool:
     return isinstance(e, (pynvml.NVMLError_LibraryNotFound, pynvml.NVMLError_DriverNotLoaded))
 
 
 def _init_reason(pynvml: Any, e: Exception) -> str:
     if isinstance(e, pynvml.NVMLError_LibraryNotFound):
-        return "libnvidia-ml.so.1 not found: no NVIDIA driver installed, or not mounted into this container"
+        return _NO_LIBRARY
     if isinstance(e, pynvml.NVMLError_DriverNotLoaded):
         return "the NVIDIA kernel driver is not loaded"
     if isinstance(e, pynvml.NVMLError_NoPermission):
