@@ -68,10 +68,21 @@ def test_version():
     assert proc.stdout.strip() == f"devctl {__version__}"
 
 
-def test_no_arguments_shows_help_as_usage_error():
-    proc = run_devctl()
-    assert "list" in proc.stdout + proc.stderr
-    assert proc.returncode in (0, 2)
+@pytest.mark.parametrize("args,commands", [([], ["list", "memstats", "bench"]), (["bench"], ["transfer"])])
+def test_no_command_shows_the_help_as_a_usage_error(args, commands):
+    proc = run_devctl(*args)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith(f"Usage: devctl {' '.join(args)}".rstrip() + " [OPTIONS] COMMAND")
+    listed = {ln.split()[0] for ln in lines[lines.index("Commands:") + 1 :] if ln.startswith("  ")}
+    assert set(commands) <= listed
+
+
+def test_command_help_needs_only_that_command():
+    # `devctl X` builds only command X; its help and usage must be the whole truth anyway.
+    for args, usage in ((["list", "--help"], "Usage: devctl list [OPTIONS]"), (["bench", "transfer", "--help"], "Usage: devctl bench transfer [OPTIONS]")):
+        proc = run_devctl(*args)
+        assert proc.returncode == 0 and proc.stdout.startswith(usage), proc.stdout[:200] + proc.stderr
 
 
 @pytest.mark.parametrize(

@@ -36,19 +36,46 @@ def _root(
     """Inspect and diagnose JAX/XLA accelerators: what the machine has, what JAX sees, and why not."""
 
 
-def _register() -> None:
-    from devctl.cli import bench, check, doctor, env, inventory, memstats, plugins
+# Command name -> (module under devctl.cli, attribute). `bench` is a group of its own.
+COMMANDS = {
+    "list": ("inventory", "list_devices"),
+    "plugins": ("plugins", "plugins"),
+    "env": ("env", "env"),
+    "memstats": ("memstats", "memstats"),
+    "check": ("check", "check"),
+    "doctor": ("doctor", "doctor"),
+    "bench": ("bench", "bench_app"),
+}
+_registered: set[str] = set()
 
-    app.command("list")(inventory.list_devices)
-    app.command("plugins")(plugins.plugins)
-    app.command("env")(env.env)
-    app.command("memstats")(memstats.memstats)
-    app.command("check")(check.check)
-    app.command("doctor")(doctor.doctor)
-    app.add_typer(bench.bench_app, name="bench")
+
+def register(names=None) -> typer.Typer:
+    """Add commands to the app (all by default) and return it.
+
+    `devctl list ...` needs only `list`: importing and building the other
+    commands would cost every invocation tens of milliseconds, and every
+    process of a cluster pays them at once.
+    """
+    import importlib
+
+    for name in COMMANDS if names is None else names:
+        if name in _registered:
+            continue
+        module, attr = COMMANDS[name]
+        target = getattr(importlib.import_module(f"devctl.cli.{module}"), attr)
+        if isinstance(target, typer.Typer):
+            app.add_typer(target, name=name)
+        else:
+            app.command(name)(target)
+        _registered.add(name)
+    return app
 
 
-_register()
+def _commands_needed(args: list[str]) -> list[str] | None:
+    """Only the command named first, when one is and no shell completion is asked for; None: all of them."""
+    if args and args[0] in COMMANDS and "_DEVCTL_COMPLETE" not in os.environ:
+        return [args[0]]
+    return None
 
 
 def _one_line(message: str) -> str:
@@ -58,6 +85,7 @@ def _one_line(message: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and map every outcome to an exit code and at most one error line."""
     debug = os.environ.get("DEVCTL_DEBUG") == "1"
+    register(_commands_needed(sys.argv[1:] if argv is None else argv))
     try:
         # standalone_mode=False: typer returns typer.Exit's code instead of exiting itself.
         returned = app(args=argv, prog_name="devctl", standalone_mode=False)
@@ -80,7 +108,10 @@ def main(argv: list[str] | None = None) -> None:
         code = e.exit_code
     except Exception as e:
         # typer's own parse errors (unknown option, bad type) carry exit_code and format_message.
-        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+        if type(e).__name__ == "NoArgsIsHelpError":  # `devctl` or `devctl bench` alone: the help, as click shows it
+            sys.stderr.write(e.format_message().rstrip("\n") + "\n")
+            code = e.exit_code
+        elif hasattr(e, "format_message") and hasattr(e, "exit_code"):
             if debug:
                 raise
             ctx = getattr(e, "ctx", None)
