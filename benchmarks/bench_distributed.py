@@ -15,21 +15,32 @@ interleaved so machine noise hits every configuration alike. Target: the
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import resource
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Bytecode as an installed devctl has it: `pip install` compiles every module once, while an
+# editable checkout under PYTHONDONTWRITEBYTECODE recompiles ~100 modules in every process.
+PYCACHE = tempfile.mkdtemp(prefix="devctl-bench-pycache-")
+atexit.register(shutil.rmtree, PYCACHE, ignore_errors=True)
+
+
 def env(devices: int) -> dict[str, str]:
     e = dict(os.environ)
+    e.pop("PYTHONDONTWRITEBYTECODE", None)
+    e["PYTHONPYCACHEPREFIX"] = PYCACHE
     e["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     e["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), e.get("PYTHONPATH")) if p)
     e.pop("JAX_PLATFORMS", None)
