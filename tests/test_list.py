@@ -29,6 +29,8 @@ def test_list_table_groups_devices_and_is_plain_off_a_terminal():
     assert "cpu: 2 device(s)" in proc.stdout
     assert "\x1b[" not in proc.stdout  # no colour codes into a pipe
     assert "─" not in proc.stdout and "│" not in proc.stdout  # no box drawing off a terminal
+    padded = [line for line in proc.stdout.splitlines() if line != line.rstrip()]
+    assert not padded, padded  # nothing at a line's end for diff and grep '...$' to trip on
 
 
 def test_platform_filter_limits_backends():

@@ -2,7 +2,8 @@
 
 Data goes to stdout, messages and progress to stderr. A table on a terminal
 gets colour and boxes; when stdout is not a terminal, or NO_COLOR is set,
-it is plain text that greps and diffs cleanly.
+it is plain text that greps and diffs cleanly: no colour, no wrapping, no
+trailing spaces.
 """
 
 from __future__ import annotations
@@ -30,12 +31,26 @@ def reader_gone() -> None:
 def _console(stderr: bool):
     from rich.console import Console
 
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+
     class _Console(Console):
         def on_broken_pipe(self) -> None:  # rich's own exits 1, the code of a failed check
             reader_gone()
 
-    stream = sys.stderr if stderr else sys.stdout
-    tty = stream.isatty()
+        def print(self, *objects, **kwargs) -> None:
+            if tty:
+                return super().print(*objects, **kwargs)
+            # Plain text: rich pads every cell to its column's width; a line's end is no place for spaces.
+            with self.capture() as captured:
+                super().print(*objects, **kwargs)
+            text = "\n".join(line.rstrip() for line in captured.get().split("\n"))
+            try:
+                self.file.write(text)
+                self.file.flush()
+            except BrokenPipeError:
+                reader_gone()
+
     no_color = bool(os.environ.get("NO_COLOR")) or not tty
     return _Console(
         file=stream,
