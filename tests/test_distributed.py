@@ -331,6 +331,24 @@ def test_gather_names_a_dead_peer_quickly_and_keeps_the_others():
     assert reports == [{"a": 0}, None, {"a": 2}] and dead == [1]
 
 
+def test_the_join_is_bounded_through_the_runtime_this_jax_calls():
+    # devctl bounds JAX's join by wrapping the module jax._src.distributed calls; this fails when jax moves it.
+    from jax._src import distributed as jd
+
+    from devctl.probe import distributed as d
+
+    name = next(n for n in ("_jax", "xla_extension") if hasattr(jd, n))
+    original = getattr(jd, name)
+    try:
+        d._bound_joining(jd, 5)
+        wrapped = getattr(jd, name)
+        assert isinstance(wrapped, d._BoundedRuntime)
+        assert wrapped.get_distributed_runtime_client.__func__ is d._BoundedRuntime.get_distributed_runtime_client
+        assert callable(wrapped.DistributedRuntimeClient)  # everything else still reaches jaxlib
+    finally:
+        setattr(jd, name, original)
+
+
 def test_joining_waits_for_the_coordinator_to_open_its_port():
     # A gRPC client that finds the port closed backs off a second or more; devctl connects only once it is open.
     import threading

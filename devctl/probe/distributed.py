@@ -498,9 +498,12 @@ def wait_until_listening(address: str, seconds: float, poll_s: float = 0.01) -> 
 
 
 def _bound_joining(distributed, seconds: int) -> None:
-    runtime = getattr(distributed, "_jax", None)
-    if runtime is not None and hasattr(runtime, "get_distributed_runtime_service"):
-        distributed._jax = _BoundedRuntime(runtime, seconds)
+    # jax._src.distributed calls the runtime through `_jax` (jax 0.6 on) or `xla_extension` (0.4.35 to 0.5).
+    for name in ("_jax", "xla_extension"):
+        runtime = getattr(distributed, name, None)
+        if runtime is not None and hasattr(runtime, "get_distributed_runtime_service"):
+            setattr(distributed, name, _BoundedRuntime(runtime, seconds))
+            return
 
 
 def _probe_local(probe: dict) -> dict:
