@@ -218,7 +218,7 @@ def instrument_plugin_discovery(xb, emit, skip: set[str]) -> None:
 
 def platforms_to_try(xb, requested: list[str] | None) -> list[tuple[str, int, bool]]:
     """(platform, priority, fail_quietly) in the order JAX would try them."""
-    registered = dict(xb._backend_factories)
+    registered = installed_factories(xb)
     if requested:
         names = [p for r in requested for p in xb.expand_platform_alias(r)]
     elif os.environ.get("JAX_PLATFORMS"):
@@ -238,13 +238,28 @@ def platforms_to_try(xb, requested: list[str] | None) -> list[tuple[str, int, bo
     return sorted(out, key=lambda t: -t[1])
 
 
+def installed_factories(xb) -> dict:
+    """JAX's backend factories, less the CUDA and ROCm ones jax before 0.6 registers itself.
+
+    Only a GPU build of jaxlib could serve those, and since jaxlib 0.4.35
+    GPUs come only through plugins (CUDA and ROCm alike), which register with a
+    PJRT C API: the built-in factory just fails (AttributeError) on every
+    machine, so nothing is installed for that platform.
+    """
+    return {
+        name: r
+        for name, r in xb._backend_factories.items()
+        if not (name in ("cuda", "rocm") and getattr(r, "c_api", None) is None)
+    }
+
+
 def init_backend(xb, platform: str, quiet: bool, memory_stats: bool) -> dict:
     from jax._src import hardware_utils
 
     event: dict = {"platform": platform, "fail_quietly": quiet, "devices": []}
-    if platform not in xb._backend_factories:
-        known = ", ".join(xb._backend_factories)
-        event.update(status="skipped", error=f"no backend named {platform!r} is installed (installed: {known})")
+    installed = installed_factories(xb)
+    if platform not in installed:
+        event.update(status="skipped", error=f"no backend named {platform!r} is installed (installed: {', '.join(installed)})")
         return event
     if platform == "cuda" and not hardware_utils.has_visible_nvidia_gpu():
         event.update(status="skipped", error="JAX skips CUDA: none of /dev/nvidia0, /dev/nvidiactl, /dev/dxg exists")
