@@ -760,6 +760,8 @@ def _zero_copy_note(spec: Spec) -> str:
         return "zero-copy: np.asarray returns a view of the device buffer on this backend"
     if spec.direction == "h2d":
         return "zero-copy: the device array aliases the numpy buffer"
+    if spec.direction == "d2d-self":
+        return "zero-copy: this jax ignores may_alias=False for a same-device put (jax 0.6 and later copy)"
     return "zero-copy: the result aliases the source"
 
 
