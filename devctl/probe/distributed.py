@@ -498,7 +498,7 @@ def wait_until_listening(address: str, seconds: float, poll_s: float = 0.01) -> 
 
 
 def _bound_joining(distributed, seconds: int) -> None:
-    # jax._src.distributed calls the runtime through `_jax` (jax 0.6 on) or `xla_extension` (0.4.35 to 0.5).
+    # jax._src.distributed calls the runtime through `_jax` (jax 0.6 on) or `xla_extension` (before).
     for name in ("_jax", "xla_extension"):
         runtime = getattr(distributed, name, None)
         if runtime is not None and hasattr(runtime, "get_distributed_runtime_service"):
