@@ -45,6 +45,22 @@ def test_completion_answers_commands():
     assert proc.stdout.split() == ["plugins"]
 
 
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        ({"_DEVCTL_COMPLETE": "complete_bash", "COMP_WORDS": "devctl list --j", "COMP_CWORD": "2"}, "--json"),
+        ({"_DEVCTL_COMPLETE": "complete_bash", "COMP_WORDS": "devctl bench ", "COMP_CWORD": "2"}, "transfer"),
+        ({"_DEVCTL_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "devctl bench transfer --dir"}, "--direction"),
+        ({"_DEVCTL_COMPLETE": "complete_fish", "_TYPER_COMPLETE_ARGS": "devctl check --on", "_TYPER_COMPLETE_FISH_ACTION": "get-args"}, "--only"),
+        ({"_DEVCTL_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "devctl mem"}, "memstats"),
+    ],
+)
+def test_completion_answers_options_of_the_command_typed(env, expected):
+    # A TAB press builds only the command already typed: its options must all still be offered.
+    proc = run_devctl(env=devctl_env(**env))
+    assert proc.returncode == 0 and expected in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_completion_scripts_and_cached_help_are_current():
     from devctl.cli.generated import stale
 

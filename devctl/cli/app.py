@@ -72,10 +72,26 @@ def register(names=None) -> typer.Typer:
 
 
 def _commands_needed(args: list[str]) -> list[str] | None:
-    """Only the command named first, when one is and no shell completion is asked for; None: all of them."""
-    if args and args[0] in COMMANDS and "_DEVCTL_COMPLETE" not in os.environ:
+    """Only the command named first, when one is; None: all of them (the root's help, a misspelt command)."""
+    if "_DEVCTL_COMPLETE" in os.environ:
+        args = _completed_words()
+    if args and args[0] in COMMANDS:
         return [args[0]]
     return None
+
+
+def _completed_words() -> list[str]:
+    """The words already typed after `devctl` in a TAB press (typer's bash, zsh and fish protocols)."""
+    import shlex
+
+    try:
+        if "COMP_WORDS" in os.environ:  # bash: every word and the index of the one being completed
+            return shlex.split(os.environ["COMP_WORDS"])[1 : int(os.environ.get("COMP_CWORD", "0"))]
+        line = os.environ.get("_TYPER_COMPLETE_ARGS", "")  # zsh, fish: the line; its last word is unfinished
+        words = shlex.split(line)[1:]
+        return words if line.endswith(" ") else words[:-1]
+    except ValueError:  # an open quote: let typer make sense of it
+        return []
 
 
 def _one_line(message: str) -> str:
