@@ -69,9 +69,15 @@ def memstats(
 def _memstats_cluster(json_out: bool, timeout, host_root: str, params, all_print: bool, **single_host_only) -> None:
     from devctl.distributed import cluster_memstats
 
+    # The cluster view is one snapshot of every device of every process.
+    instead = {
+        "watch": "watch one host with devctl memstats --watch, or take a snapshot of the cluster again",
+        "device": "filter the --json output by process_index and device id (e.g. with jq)",
+        "count": "it counts --watch samples",
+    }
     for name, value in single_host_only.items():
-        if value:  # one snapshot per process, filtered by device keys that repeat across hosts: not a cluster view
-            raise UsageError(f"--{name} is not supported with --distributed; filter the --json output (e.g. with jq) instead")
+        if value:
+            raise UsageError(f"--{name} is not supported with --distributed: {instead.get(name, 'leave it out')}")
     timeout_s = check_timeout(timeout)
     root = check_host_root(host_root)
     report = cluster_memstats(params, timeout_s=timeout_s, host_root=root, all_print=all_print)
