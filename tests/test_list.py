@@ -161,13 +161,19 @@ def test_list_includes_plugin_reports(pjrt_libs):
 
 
 def test_env_json_explains_variables_and_validates():
-    env = devctl_env(XLA_PYTHON_CLIENT_MEM_FRACTION="1.5", XLA_PYTHON_CLIENT_ALLOCATOR="bogus", JAX_CUDA_VISIBLE_DEVICES="0")
+    env = devctl_env(
+        XLA_PYTHON_CLIENT_MEM_FRACTION="1.5", XLA_PYTHON_CLIENT_ALLOCATOR="bogus", JAX_CUDA_VISIBLE_DEVICES="0",
+        JAX_COORDINATOR_ADDRESS="10.0.0.1:8476", JAX_NUM_PROCESSES="4",
+    )  # fmt: skip
     doc = run_json("env", env=env)
     validate_schema(doc, "env")
     by_name = {e["name"]: e for e in doc["env"]}
     assert "outside (0, 1]" in by_name["XLA_PYTHON_CLIENT_MEM_FRACTION"]["problem"]
     assert "must be one of" in by_name["XLA_PYTHON_CLIENT_ALLOCATOR"]["problem"]
     assert "no effect" in by_name["JAX_CUDA_VISIBLE_DEVICES"]["problem"]
+    # A count in the environment looks like cluster configuration; JAX never reads it.
+    assert by_name["JAX_COORDINATOR_ADDRESS"]["problem"] is None
+    assert "--num-processes" in by_name["JAX_NUM_PROCESSES"]["problem"]
     assert {p["name"] for p in doc["packages"]} >= {"jax", "jaxlib"}
 
 

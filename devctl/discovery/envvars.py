@@ -106,9 +106,13 @@ _EXPLAIN: dict[str, Callable[[str], tuple[str, str | None]]] = {
     "TPU_ACCELERATOR_TYPE": _const("TPU slice type"),
     "TPU_WORKER_ID": _const("this host's index in the slice"),
     "TPU_WORKER_HOSTNAMES": _const("hosts of the slice"),
-    "JAX_COORDINATOR_ADDRESS": _const("jax.distributed coordinator host:port"),
-    "JAX_NUM_PROCESSES": _const("jax.distributed process count"),
-    "JAX_PROCESS_ID": _const("jax.distributed process index"),
+    "JAX_COORDINATOR_ADDRESS": _const("jax.distributed coordinator host:port (the process count and index still come from a launcher)"),
+    "JAX_COORDINATOR_PORT": _const("jax.distributed coordinator port, on the host a launcher names (jax 0.8.1 and later)"),
+    "JAX_COORDINATOR_BIND_ADDRESS": _const("where process 0's jax.distributed service listens"),
+    "JAX_LOCAL_DEVICE_IDS": _const("jax.distributed: the local devices this process uses"),
+    # Often set by hand, never read by JAX (0.4.36 to 0.10 checked): the cluster then looks unconfigured.
+    "JAX_NUM_PROCESSES": _const("not read by JAX", "JAX does not read it: pass num_processes to jax.distributed.initialize (devctl: --num-processes)"),
+    "JAX_PROCESS_ID": _const("not read by JAX", "JAX does not read it: pass process_id to jax.distributed.initialize (devctl: --process-id)"),
     "NCCL_DEBUG": _const("NCCL logging"),
     "NCCL_SHM_DISABLE": _const("NCCL does not use /dev/shm"),
 }

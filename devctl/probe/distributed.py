@@ -373,7 +373,7 @@ def _join_error(e: Exception, request: dict) -> str:
 
 _HOW_TO_JOIN = (
     "pass --coordinator HOST:PORT --num-processes N --process-id I, or run under a launcher JAX detects "
-    "(SLURM srun, Open MPI mpirun, Cloud TPU, Kubernetes) or with JAX_COORDINATOR_ADDRESS set"
+    "(SLURM srun, Open MPI mpirun, Cloud TPU, Kubernetes)"
 )
 
 
