@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from devctl import __version__
+from devctl.advice import code_of, finding_of
 from devctl.model.health import (
     DOCTOR_SCHEMA,
     CheckResult,
@@ -165,9 +166,29 @@ CATALOGUE: dict[str, KnownFailure] = {
             "set JAX_PLATFORMS to platforms that work here (devctl list), or unset it so JAX picks the best available",
         ),
         KnownFailure(
+            "cuda-plugin-without-gpu", None, "CUDA plugin installed on a machine without an NVIDIA GPU",
+            "jax[cuda12]/[cuda13] is installed but this machine has no NVIDIA GPU (or its driver is not loaded or not mounted): the plugin's initialize() fails, JAX logs the error and falls back to CPU",
+            "to silence the plugin set JAX_PLATFORMS=cpu, or uninstall the CUDA extra",
+        ),
+        KnownFailure(
+            "nvidia-driver-not-mounted", None, "NVIDIA device nodes without the driver's libraries",
+            "/dev/nvidia* exists but libcuda and libnvidia-ml cannot be loaded: typically a container given the devices but not the NVIDIA runtime",
+            "start the container with the NVIDIA runtime (docker run --gpus all, or the NVIDIA device plugin in Kubernetes); on a host, install the driver",
+        ),
+        KnownFailure(
+            "rocm-plugin-without-gpu", None, "ROCm plugin installed on a machine without an AMD GPU",
+            "a jax-rocm plugin is installed but no AMD GPU is visible through KFD: the plugin fails, JAX falls back to CPU",
+            "to silence the plugin set JAX_PLATFORMS=cpu, or uninstall it",
+        ),
+        KnownFailure(
+            "pjrt-entry-broken", None, "a PJRT_NAMES_AND_LIBRARY_PATHS entry cannot be loaded",
+            "JAX loads every PJRT_NAMES_AND_LIBRARY_PATHS entry before it looks at JAX_PLATFORMS, and does not catch a failure: every jax.devices() raises",
+            "fix the entry's path, or remove it from PJRT_NAMES_AND_LIBRARY_PATHS",
+        ),
+        KnownFailure(
             "plugin-broken", None, "a JAX plugin fails to load",
-            "the plugin's import or initialize() raised, crashed or hung; JAX skips it (or dies with it)",
-            "reinstall the plugin at jaxlib's version, or uninstall it; JAX_PLATFORMS=cpu skips it meanwhile",
+            "the plugin's import or initialize() raised, crashed or hung; JAX logs it and goes on (or dies with it); JAX_PLATFORMS does not stop JAX from loading it",
+            "reinstall the plugin at jaxlib's version, or uninstall it",
         ),
         KnownFailure(
             "backend-failed", None, "a JAX backend fails to initialize",
@@ -254,7 +275,7 @@ class Scene:
         """(where, message, checks it shows up in) for every error text devctl collected: backends, plugins, NVML."""
         out = []
         for b in self.inv.backends:
-            if b.error and b.status in _BROKEN:
+            if b.error and b.status in _BROKEN and not _explained_by_evidence(b):
                 out.append((f"{b.platform} backend", b.error, ["plugins"] if b.plugin else ["backends"]))
         out += [(f"plugin {p.name}", p.error, ["plugins"]) for p in self.inv.plugins if p.error]
         reason = getattr(self.hw.nvidia, "reason", None)
@@ -274,6 +295,43 @@ class _Draft:
 
 # ---- the rules ------------------------------------------------------------------------------------
 
+# Advice (devctl.advice) reached from the machine's evidence, not from error text: list, check and doctor say the same.
+_EVIDENCE_FIRST = ("cuda-plugin-without-gpu", "nvidia-driver-not-mounted", "rocm-plugin-without-gpu", "pjrt-entry-broken")
+
+
+def _explained_by_evidence(b) -> bool:
+    return b.code in {code_of(f) for f in _EVIDENCE_FIRST}
+
+
+def _outcome(s: Scene) -> Iterable[_Draft]:
+    """jax.devices() itself fails: the finding devctl list leads with, with the same fix."""
+    outcome = getattr(s.inv, "jax_outcome", None)
+    if outcome is None or not outcome.fails or not outcome.code:
+        return
+    finding, fix = finding_of(outcome.code), outcome.fix
+    if finding in ("backend-failed", "plugin-broken"):
+        # A generic advice: a catalogue entry that recognizes JAX's words says more.
+        known = next((fid for fid, pattern in MESSAGES if pattern.search(outcome.error or "")), None)
+        finding, fix = (known, None) if known else (finding, fix)
+    yield _Draft(finding, [f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit}"], ["backends", "devices"], fix=fix)
+
+
+def _evidence(s: Scene) -> Iterable[_Draft]:
+    from devctl.advice import nvidia_evidence
+
+    for b in s.inv.backends:
+        if not _explained_by_evidence(b):
+            continue
+        finding = finding_of(b.code)
+        evidence = [f"{b.platform} {'plugin' if b.plugin else 'backend'} {b.status.value}: {b.error}"]
+        if finding == "cuda-plugin-without-gpu":
+            evidence.append("no NVIDIA GPU: no NVML GPU, no NVIDIA device on the PCI bus, no /dev/nvidia* node")
+        elif finding == "nvidia-driver-not-mounted":
+            evidence.append(f"{nvidia_evidence(s.hw)} exist, but NVML: {getattr(s.hw.nvidia, 'reason', None)}")
+        fails = getattr(s.inv, "jax_outcome", None) is not None and s.inv.jax_outcome.fails
+        severity = "error" if fails or finding in ("nvidia-driver-not-mounted", "pjrt-entry-broken") else "warning"
+        yield _Draft(finding, evidence, ["plugins"] if b.plugin else ["backends"], fix=b.hint, severity=severity)
+
 
 def _messages(s: Scene) -> Iterable[_Draft]:
     for where, message, checks in s.errors():
@@ -287,7 +345,7 @@ def _broken_rows(s: Scene, drafts: list[_Draft]) -> Iterable[_Draft]:
     said = " ".join(e for d in drafts for e in d.evidence)
     tpu_explained = any(d.id in _TPU_IDS for d in drafts)
     for b in s.inv.backends:
-        if b.status not in _BROKEN or (b.error and b.error in said) or (b.platform == "tpu" and tpu_explained):
+        if b.status not in _BROKEN or (b.error and b.error in said) or (b.platform == "tpu" and tpu_explained) or _explained_by_evidence(b):
             continue
         evidence = [f"{b.platform} {'plugin' if b.plugin else 'backend'} {b.status.value}: {b.error}"]
         if b.plugin:
@@ -299,6 +357,8 @@ def _broken_rows(s: Scene, drafts: list[_Draft]) -> Iterable[_Draft]:
     for p in s.inv.plugins:
         if p.source.value == "libtpu" and tpu_explained:
             continue  # libtpu's own entry: the TPU findings already say what is wrong with it
+        if any(b.platform == p.name and _explained_by_evidence(b) for b in s.inv.backends):
+            continue  # the same plugin as a row the evidence already explains
         if is_plugin_failure(p) and not (p.error and p.error in said):
             yield _Draft("plugin-broken", [f"plugin {p.name} ({p.source.value}): {p.status.value}: {p.error}"], ["plugins"])
 
@@ -576,7 +636,7 @@ def _tpu(s: Scene) -> Iterable[_Draft]:
         )  # fmt: skip
 
 
-RULES = (_messages, _version_findings, _jax_platforms, _cuda_plugin, _pjrt_major, _hidden_gpus, _fabric_manager, _driver_mismatch,
+RULES = (_outcome, _evidence, _messages, _version_findings, _jax_platforms, _cuda_plugin, _pjrt_major, _hidden_gpus, _fabric_manager, _driver_mismatch,
          _driver_vs_runtime_offline, _shadowing, _contention, _shm, _tpu)  # fmt: skip
 
 
@@ -620,7 +680,9 @@ def _unexplained(s: Scene, merged: dict[str, _Draft]) -> dict[str, _Draft]:
             continue
         fid = "check-failed" if severity == "error" else "check-warned"
         key = f"{fid}:{r.name}"
-        out[key] = _Draft(fid, [f"check {r.name}: {r.message}"], [r.name], fix=r.remediation or "run devctl check for details", severity=severity)
+        # The doctor is what "run devctl doctor" points to: it never sends the user back to itself.
+        fix = r.remediation if r.remediation and "devctl doctor" not in r.remediation else f"see devctl check --only {r.name}"
+        out[key] = _Draft(fid, [f"check {r.name}: {r.message}"], [r.name], fix=fix, severity=severity)
     return out
 
 
@@ -631,6 +693,7 @@ def _finding(d: _Draft) -> DiagnosisFinding:
         title = f"check {d.checks[0]} {'failed' if d.id == 'check-failed' else 'warned'}"
     return DiagnosisFinding(
         id=d.id,
+        code=code_of(d.id),
         catalogue_number=known.number,
         title=title,
         severity=d.severity,

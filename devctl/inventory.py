@@ -16,7 +16,7 @@ from typing import Any
 
 from devctl import __version__
 from devctl.hostroot import HostRoot
-from devctl.model.inventory import BackendInfo, BackendStatus, DeviceInfo, UnusedAccelerator
+from devctl.model.inventory import BackendInfo, BackendStatus, DeviceInfo, JaxOutcome, UnusedAccelerator
 
 SCHEMA = "devctl.list/1"
 
@@ -49,6 +49,8 @@ class Inventory:
     hardware: Hardware
     elapsed_s: float
     notes: list[str] = field(default_factory=list)
+    # What jax.devices() does here; None where no prediction was made (a --distributed process's own probe).
+    jax_outcome: JaxOutcome | None = None
 
 
 def discover_hardware(root: HostRoot, tpu_report=None) -> Hardware:
@@ -98,7 +100,7 @@ def collect_inventory(
 def assemble_inventory(probe, hardware: Hardware, plugins: list, host, started: float) -> Inventory:
     """The inventory from a backend probe and discovery's findings (also used per process under --distributed)."""
     devices = match_nvml(probe.devices, hardware.nvidia)
-    backends = [quiet_tpu_without_chips(with_hint(b, hardware), hardware) for b in probe.backends]
+    backends = [with_hint(quiet_tpu_without_chips(b, hardware), hardware) for b in probe.backends]
     return Inventory(
         schema=SCHEMA,
         devctl_version=__version__,
@@ -114,6 +116,7 @@ def assemble_inventory(probe, hardware: Hardware, plugins: list, host, started: 
         host=host,
         hardware=hardware,
         elapsed_s=time.monotonic() - started,
+        jax_outcome=with_advice(probe.outcome, backends, hardware),
     )
 
 
@@ -195,21 +198,24 @@ def _why_not(backend: BackendInfo | None, default: str) -> str:
 
 
 def with_hint(b: BackendInfo, hw: Hardware) -> BackendInfo:
-    """One line telling the user what to do about a backend that is not ok."""
+    """The row with its one-line advice and finding code (the same that check and doctor give)."""
+    from devctl.advice import for_row
+
     if b.status is BackendStatus.OK or b.hint:
         return b
-    err = b.error or ""
-    if b.plugin and b.status in (BackendStatus.CRASHED, BackendStatus.FAILED):
-        hint = f"the plugin {b.plugin} is broken or does not match jaxlib: reinstall or uninstall it; JAX_PLATFORMS=cpu skips it"
-    elif b.status is BackendStatus.TIMEOUT:
-        hint = "it hung: another process may hold the device, or a multi-host slice waits for its other hosts; run devctl doctor"
-    elif b.platform == "tpu" and "libtpu" in err:
-        hint = "libtpu is not installed: pip install -U 'jax[tpu]'" if getattr(hw.tpu, "chips", None) else "no TPU on this machine"
-    elif b.platform == "cuda" and b.status is BackendStatus.SKIPPED:
-        hint = "in a container, start it with --gpus all (docker) or request nvidia.com/gpu (Kubernetes)"
-    else:
-        hint = "run devctl doctor for a diagnosis"
-    return dataclasses.replace(b, hint=hint)
+    advice = for_row(b, hw)
+    if advice is None:
+        return b
+    return dataclasses.replace(b, hint=advice.fix, code=advice.code)
+
+
+def with_advice(outcome: JaxOutcome | None, backends: list[BackendInfo], hw: Hardware) -> JaxOutcome | None:
+    from devctl.advice import for_outcome
+
+    advice = for_outcome(outcome, backends, hw) if outcome is not None else None
+    if advice is None:
+        return outcome
+    return dataclasses.replace(outcome, code=advice.code, summary=advice.summary, fix=advice.fix, fix_env=advice.fix_env)
 
 
 def quiet_tpu_without_chips(b: BackendInfo, hw: Hardware) -> BackendInfo:

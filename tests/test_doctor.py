@@ -101,11 +101,11 @@ def test_nvidia_container_without_gpus_and_small_shm(tmp_path):
             subprocess.run(["umount", str(shm)], check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "[#5 no-visible-gpu, error]" in out and "no /dev/nvidia* device node" in out and "--gpus all" in out
+    assert "[#5 DEVCTL_FR_NO_VISIBLE_GPU, error]" in out and "no /dev/nvidia* device node" in out and "--gpus all" in out
     assert "fabric-manager-missing" not in out and "fabric manager running (pid 900)" in out
     if not mounted:
         pytest.skip("cannot mount a 64 MiB tmpfs here; the /dev/shm diagnosis is untested")
-    assert "[#13 nccl-shm-too-small, error]" in out and "/dev/shm is 64.0 MiB with 8 GPUs" in out
+    assert "[#13 DEVCTL_FR_NCCL_SHM_TOO_SMALL, error]" in out and "/dev/shm is 64.0 MiB with 8 GPUs" in out
 
 
 def test_tpu_held_by_another_process_multihost_and_device_problems(tmp_path):
@@ -173,3 +173,18 @@ def test_doctor_on_a_real_gpu():
     validate_schema(doc, "doctor")
     assert any(line.startswith("NVIDIA: ") and "GPU(s)" in line for line in doc["overview"]["sees"])
     assert proc.returncode == (1 if doc["findings"] else 0)
+
+
+def test_every_finding_code_is_documented_and_every_advice_is_a_finding():
+    import re
+
+    from devctl.advice import code_of
+    from devctl.diagnosis import CATALOGUE
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    documented = set(re.findall(r"`(DEVCTL_FR_[A-Z0-9_]+)`", readme))
+    assert {code_of(f) for f in CATALOGUE} <= documented
+    # list and check show advice by code: each must be a catalogue finding doctor can explain.
+    source = (Path(__file__).resolve().parent.parent / "devctl" / "advice.py").read_text()
+    advised = set(re.findall(r'Advice\(\s*"([a-z0-9-]+)"', source))
+    assert advised and advised <= set(CATALOGUE)

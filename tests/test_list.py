@@ -149,11 +149,13 @@ def test_plugins_table_without_plugins_says_so():
 
 def test_list_includes_plugin_reports(pjrt_libs):
     env = devctl_env(devices=1, PJRT_NAMES_AND_LIBRARY_PATHS=f"fakegpu{os.pathsep}{pjrt_libs['good']}")
-    doc = run_json("list", env=env)
+    doc = run_json("list", env=env, expect_code=1)
     assert [p["name"] for p in doc["plugins"]] == ["fakegpu"]
-    # JAX itself then fails to create a client from the fake library: named, CPU still listed.
+    # JAX itself then fails to create a client from the fake library: named, CPU still listed,
+    # and list exits 1 because a JAX program here dies with it (tests/test_oracle.py proves that).
     fake = next(b for b in doc["backends"] if b["platform"] == "fakegpu")
     assert fake["status"] in ("failed", "crashed")
+    assert doc["jax_outcome"]["result"] in ("raises", "crashes") and doc["jax_outcome"]["culprit"] == "fakegpu"
     assert [d for d in doc["devices"] if d["platform"] == "cpu"]
 
 
@@ -248,6 +250,6 @@ def test_platform_named_by_pjrt_env_is_accepted_and_its_failure_named(tmp_path):
     bogus = tmp_path / "libquantum.so"
     bogus.write_text("not a library")
     env = devctl_env(devices=1, PJRT_NAMES_AND_LIBRARY_PATHS=f"quantum{os.pathsep}{bogus}")
-    doc = run_json("list", "--platform", "quantum", env=env)
+    doc = run_json("list", "--platform", "quantum", env=env, expect_code=1)
     (quantum,) = [b for b in doc["backends"] if b["platform"] == "quantum"]
     assert quantum["status"] in ("failed", "crashed") and quantum["error"]

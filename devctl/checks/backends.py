@@ -62,9 +62,15 @@ def check_backends(ctx) -> Verdict:
             problems.append(_failure(b, exp.timeout_s))
             remedies.append(b.hint or "run devctl doctor for a diagnosis")
     details = {
-        "backends": {b.platform: {"status": b.status.value, "init_s": b.init_s, "error": b.error} for b in rows},
+        "backends": {b.platform: {"status": b.status.value, "init_s": b.init_s, "error": b.error, "code": b.code} for b in rows},
         "default_platform": inv.default_platform,
     }
+    outcome = inv.jax_outcome
+    if outcome is not None and outcome.fails:
+        # JAX as a whole fails: that is the verdict, with the advice list and doctor give for it.
+        details["code"] = outcome.code
+        lines = [f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit}"] + problems
+        return failed(join(lines, 2), outcome.fix or "run devctl doctor for a diagnosis", **details)
     if problems:
         return failed(join(problems, 2), remedies[0], **details)
     if not ok:

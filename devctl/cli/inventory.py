@@ -52,6 +52,13 @@ def list_devices(
         from devctl.render.inventory import render_inventory
 
         render_inventory(inv)
+    if inv.jax_outcome is not None and inv.jax_outcome.fails:
+        # The failure `list` exists to report: a program here would get no device from JAX.
+        import typer
+
+        from devctl.errors import ExitCode
+
+        raise typer.Exit(ExitCode.FAILURE)
 
 
 def _list_cluster(json_out, platforms, timeout_s, root, params, all_print) -> None:

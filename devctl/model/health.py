@@ -91,6 +91,7 @@ class DiagnosisFinding:
     fix: str  # the command or setting
     references: list[str] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)  # checks whose verdict this explains
+    code: str | None = None  # stable finding code, DEVCTL_FR_<ID> (README: finding codes)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ class BackendInfo:
     priority: int | None = None
     fail_quietly: bool = False  # JAX ignores this backend's failure unless JAX_PLATFORMS names it
     plugin: str | None = None  # the plugin package or env entry that failed before providing a backend
-    hint: str | None = None
+    source: str | None = None  # "env" for a PJRT_NAMES_AND_LIBRARY_PATHS entry
+    hint: str | None = None  # what to do, one line (devctl.advice)
+    code: str | None = None  # the finding code of that advice (README: finding codes)
 
     @classmethod
     def from_event(cls, e: dict) -> BackendInfo:
@@ -47,7 +49,30 @@ class BackendInfo:
 
     @classmethod
     def from_plugin_event(cls, e: dict) -> BackendInfo:
-        return cls(platform=e["name"], status=BackendStatus.FAILED, error=e.get("error"), init_s=e.get("init_s"), plugin=e.get("module") or e["name"])
+        return cls(
+            platform=e["name"], status=BackendStatus.FAILED, error=e.get("error"), init_s=e.get("init_s"),
+            plugin=e.get("module") or e["name"], source=e.get("source"),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class JaxOutcome:
+    """What `import jax; jax.devices()` does under the environment devctl ran in, predicted from its probe."""
+
+    result: str  # "ok", "raises", "crashes", "hangs", or "unknown" (with `reason`)
+    default_backend: str | None = None
+    device_count: int = 0  # devices of the default backend
+    error: str | None = None  # what jax.devices() raises, `Type: message` as JAX words it; or how it dies
+    culprit: str | None = None  # the backend, plugin or PJRT_NAMES_AND_LIBRARY_PATHS entry responsible
+    reason: str | None = None  # why the result is "unknown"
+    code: str | None = None  # when it fails: the finding code, what is wrong and what fixes it (devctl.advice)
+    summary: str | None = None
+    fix: str | None = None
+    fix_env: dict[str, str | None] | None = None  # the fix as an environment change (None: unset the variable)
+
+    @property
+    def fails(self) -> bool:
+        return self.result in ("raises", "crashes", "hangs")
 
 
 @dataclass(frozen=True)

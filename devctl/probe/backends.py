@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the child imports this module too and needs none of the parent's machinery
-    from devctl.model.inventory import BackendInfo, DeviceInfo
+    from devctl.model.inventory import BackendInfo, DeviceInfo, JaxOutcome
     from devctl.probe.runner import ChildResult
 
 _MODULE = "devctl.probe.backends"
@@ -33,6 +33,7 @@ class BackendsProbe:
     jax_version: str | None = None
     jaxlib_version: str | None = None
     default_platform: str | None = None
+    outcome: JaxOutcome | None = None
     elapsed_s: float = 0.0
 
 
@@ -46,11 +47,15 @@ def probe_backends(
     from devctl.model.inventory import BackendInfo, BackendStatus, DeviceInfo
     from devctl.probe.runner import collect, run_child, send_request, take_prestarted
 
+    from devctl.probe.prediction import predict
+
     result = BackendsProbe()
     by_platform: dict[str, BackendInfo] = {
         name: BackendInfo(platform=name, status=BackendStatus.SKIPPED, error=reason) for name, reason in (hold_off or {}).items()
     }
     devices: dict[str, list[DeviceInfo]] = {}
+    events: dict[str, dict] = {}  # the raw event of each platform and plugin, for the prediction
+    plan, raised = None, None
     skip_plugins: list[str] = []
     skip_platforms: list[str] = []
     env_items = _pjrt_env_items()
@@ -75,11 +80,19 @@ def probe_backends(
                 result.jax_version, result.jaxlib_version = event.get("jax"), event.get("jaxlib")
             elif kind == "backend":
                 info = BackendInfo.from_event(event)
+                if info.status is BackendStatus.SKIPPED and (by_platform.get(info.platform) or info).plugin:
+                    continue  # not installed because its plugin failed: the plugin's row says why
                 by_platform[info.platform] = info
+                events[info.platform] = event
                 devices[info.platform] = [DeviceInfo.from_event(d) for d in event.get("devices", [])]
             elif kind == "plugin" and event.get("status") != "ok":
                 info = BackendInfo.from_plugin_event(event)
                 by_platform[info.platform] = info
+                events[info.platform] = event
+            elif kind == "plan":
+                plan = plan or event  # the first child's: a retry's plan lacks what was skipped
+            elif kind == "jax_raises":
+                raised = raised or event
         if child.last("done"):
             # Finished: a runtime that then crashes or hangs while the interpreter exits changes nothing.
             break
@@ -96,7 +109,9 @@ def probe_backends(
             by_platform[name] = _failed(name, child, f"while initializing backend {name!r}")
     result.backends = list(by_platform.values())
     result.devices = [d for p in by_platform for d in devices.get(p, [])]
-    result.default_platform = default_platform(result.backends)
+    result.outcome = predict(plan, raised, by_platform, events, limited=bool(platforms))
+    # What jax.devices() would use: none when it raises, whatever each backend alone could do.
+    result.default_platform = result.outcome.default_backend if result.outcome.result != "unknown" else default_platform(result.backends)
     result.elapsed_s = time.monotonic() - started
     return result
 
@@ -154,6 +169,7 @@ def _child_main() -> None:
     emit("versions", jax=jax.__version__, jaxlib=jaxlib.__version__)
     instrument_plugin_discovery(xb, emit, set(request.get("skip_plugins") or []))
     xb._discover_and_register_pjrt_plugins()
+    emit("plan", order=jax_plan(xb), jax_platforms=_jax_platforms_value(xb))
 
     skip = set(request.get("skip_platforms") or [])
     default, best = None, None
@@ -161,7 +177,12 @@ def _child_main() -> None:
         if platform in skip:
             continue
         emit("phase", kind="backend", name=platform)
-        event = init_backend(xb, platform, quiet, request.get("memory_stats", True))
+        if request.get("platforms") and platform not in xb._backend_factories:
+            # Asked for with --platform, not by JAX_PLATFORMS: nothing JAX would raise, just nothing to list.
+            event = {"platform": platform, "status": "skipped", "devices": [], "fail_quietly": quiet,
+                     "error": f"no backend named {platform!r} is installed (installed: {', '.join(installed_factories(xb))})"}  # fmt: skip
+        else:
+            event = init_backend(xb, platform, quiet, request.get("memory_stats", True))
         event["priority"] = priority
         emit("backend", **event)
         if event["status"] == "ok" and (best is None or priority > best):
@@ -178,6 +199,7 @@ def instrument_plugin_discovery(xb, emit, skip: set[str]) -> None:
     import pkgutil
 
     current: list[str] = []  # the packaged plugin whose initialize() is running
+    env_done: dict[str, bool] = {}  # PJRT_NAMES_AND_LIBRARY_PATHS entry -> loaded, for those announced
 
     def discover_pjrt_plugins() -> None:
         names = set()
@@ -195,7 +217,7 @@ def instrument_plugin_discovery(xb, emit, skip: set[str]) -> None:
                 importlib.import_module(name).initialize()
                 status, error = "ok", None
             except BaseException as e:  # a plugin's own SystemExit must not end the probe
-                status, error = "failed", f"{name}.initialize() raised {type(e).__name__}: {e}"
+                status, error = "failed", f"{name}.initialize() raised {describe_error(e)}"
             finally:
                 current.pop()
             emit("plugin", name=short, module=name, status=status, error=error, init_s=time.perf_counter() - t0)
@@ -208,12 +230,67 @@ def instrument_plugin_discovery(xb, emit, skip: set[str]) -> None:
         if current:
             return original_register(plugin_name, *args, **kwargs)
         emit("phase", kind="plugin", name=plugin_name)
-        out = original_register(plugin_name, *args, **kwargs)
-        emit("plugin", name=plugin_name, status="ok")
+        try:
+            out = original_register(plugin_name, *args, **kwargs)
+        except Exception as e:
+            env_done[plugin_name] = False
+            emit("plugin", name=plugin_name, status="failed", source="env", error=describe_error(e))
+            raise
+        env_done[plugin_name] = True
+        emit("plugin", name=plugin_name, status="ok", source="env")
         return out
+
+    original_from_env = xb.register_pjrt_plugin_factories_from_env
+
+    def register_pjrt_plugin_factories_from_env(*args, **kwargs):
+        # Unlike a packaged plugin's, an entry's failure is not caught by JAX: it propagates out of
+        # every jax.devices() call, whatever JAX_PLATFORMS says. Record it, then list what did register.
+        try:
+            return original_from_env(*args, **kwargs)
+        except Exception as e:
+            # The culprit is the first entry not yet loaded (a .json config fails before its library loads).
+            names = list(xb._get_pjrt_plugin_names_and_library_paths(os.environ.get(PJRT_ENV, "")))
+            culprit = next((n for n in names if not env_done.get(n)), PJRT_ENV)
+            if culprit not in env_done:
+                emit("plugin", name=culprit, status="failed", source="env", error=describe_error(e))
+            emit("jax_raises", culprit=culprit, error=describe_error(e), exception=type(e).__name__, message=str(e))
 
     xb.discover_pjrt_plugins = discover_pjrt_plugins
     xb.register_plugin = register_plugin
+    xb.register_pjrt_plugin_factories_from_env = register_pjrt_plugin_factories_from_env
+
+
+def describe_error(e: BaseException, depth: int = 4) -> str:
+    """`Type: message`, followed by its chained causes (a plugin's real reason is often the cause)."""
+    text = f"{type(e).__name__}: {e}"
+    seen = {id(e)}
+    cause = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+    while cause is not None and depth > 0 and id(cause) not in seen:
+        seen.add(id(cause))
+        text += f" <- caused by {type(cause).__name__}: {cause}"
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
+        depth -= 1
+    return text
+
+
+def jax_plan(xb) -> list[list]:
+    """[platform, priority, fail_quietly, installed] in the order `xla_bridge.backends()` tries them.
+
+    Restated from its code; `installed` is False for jax<0.6's own GPU factories, which devctl does not probe.
+    """
+    installed = installed_factories(xb)
+    jax_platforms = _jax_platforms_value(xb)
+    if jax_platforms:
+        names = [p for item in jax_platforms.split(",") for p in xb.expand_platform_alias(item)]
+        return [[name, len(names) - i, False, True] for i, name in enumerate(names)]
+    return [[name, r.priority, bool(r.fail_quietly), name in installed] for name, r in xb._backend_factories.items()]
+
+
+def _jax_platforms_value(xb) -> str | None:
+    try:
+        return xb.config.jax_platforms.value
+    except AttributeError:
+        return os.environ.get("JAX_PLATFORMS") or None
 
 
 def platforms_to_try(xb, requested: list[str] | None) -> list[tuple[str, int, bool]]:
@@ -222,7 +299,8 @@ def platforms_to_try(xb, requested: list[str] | None) -> list[tuple[str, int, bo
     if requested:
         names = [p for r in requested for p in xb.expand_platform_alias(r)]
     elif os.environ.get("JAX_PLATFORMS"):
-        names = [p for r in os.environ["JAX_PLATFORMS"].split(",") for p in xb.expand_platform_alias(r.strip())]
+        # Split as JAX splits, on commas only: " tpu" is a platform no factory serves.
+        names = [p for r in os.environ["JAX_PLATFORMS"].split(",") for p in xb.expand_platform_alias(r)]
     else:
         # The IFRT proxy backend (negative priority) is only ever used when asked for.
         names = [p for p, r in registered.items() if r.priority >= 0]
@@ -257,18 +335,20 @@ def init_backend(xb, platform: str, quiet: bool, memory_stats: bool) -> dict:
     from jax._src import hardware_utils
 
     event: dict = {"platform": platform, "fail_quietly": quiet, "devices": []}
-    installed = installed_factories(xb)
-    if platform not in installed:
-        event.update(status="skipped", error=f"no backend named {platform!r} is installed (installed: {', '.join(installed)})")
-        return event
+    # JAX's order: the CUDA device-node test comes before the factory lookup.
     if platform == "cuda" and not hardware_utils.has_visible_nvidia_gpu():
-        event.update(status="skipped", error="JAX skips CUDA: none of /dev/nvidia0, /dev/nvidiactl, /dev/dxg exists")
+        event.update(status="skipped", jax_skips=True, error="JAX skips CUDA: none of /dev/nvidia0, /dev/nvidiactl, /dev/dxg exists")
+        return event
+    installed = installed_factories(xb)
+    if quiet and platform not in installed:
+        event.update(status="skipped", error=f"no backend named {platform!r} is installed (installed: {', '.join(installed)})")
         return event
     t0 = time.perf_counter()
     try:
+        # A platform no factory serves raises here as in jax.devices(): "not in the list of known backends".
         client = xb._init_backend(platform)
     except Exception as e:
-        event.update(status="failed", error=f"{type(e).__name__}: {e}", init_s=time.perf_counter() - t0)
+        event.update(status="failed", error=describe_error(e), message=str(e), init_s=time.perf_counter() - t0)
         return event
     event["init_s"] = time.perf_counter() - t0
     event["status"] = "ok"

@@ -143,7 +143,7 @@ def render_doctor(report: DoctorReport) -> None:
         for i, f in enumerate(report.findings, 1):
             number = f"#{f.catalogue_number} " if f.catalogue_number else ""
             say()
-            say(f"{i}. {f.title}  [{number}{f.id}, {f.severity}]", style="bold")
+            say(f"{i}. {f.title}  [{number}{f.code}, {f.severity}]", style="bold")
             for e in f.evidence:
                 say(f"   evidence: {e}")
             say(f"   cause:    {f.cause}")

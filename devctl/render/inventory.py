@@ -17,6 +17,13 @@ def render_inventory(inv) -> None:
     if inv.default_platform:
         header += f"; default backend: {inv.default_platform}"
     console.print(header, markup=False)
+    outcome = inv.jax_outcome
+    if outcome is not None and outcome.fails:
+        # Before any table: a program here gets no device, whatever each backend alone could do.
+        console.print(f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit or '?'}", markup=False)
+        if outcome.code:
+            console.print(f"{outcome.code}: {outcome.summary}", markup=False)
+            console.print(f"fix: {outcome.fix}", markup=False)
     backends = {b.platform: b for b in inv.backends}
     devices = sorted(inv.devices, key=lambda d: (d.platform, d.process_index, d.id))
     for platform, group in groupby(devices, key=lambda d: d.platform):
@@ -50,7 +57,7 @@ def render_inventory(inv) -> None:
         for col in ("backend", "status", "reason", "what to do"):
             table.add_column(col, overflow="fold")
         for b in bad:
-            table.add_row(b.platform, b.status.value, b.error or "-", b.hint or "-")
+            table.add_row(b.platform, b.status.value, b.error or "-", f"{b.hint} ({b.code})" if b.code else b.hint or "-")
         console.print(table)
 
     if inv.unused_accelerators:

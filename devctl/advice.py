@@ -1,0 +1,187 @@
+"""One advice per condition: what is wrong with a backend, a plugin or JAX as a whole, and what fixes it.
+
+`list` shows it beside the row, `check` gives it as the remediation and `doctor`
+as the finding, so the three never disagree. Evidence about the machine comes
+first (no NVIDIA GPU at all is not a broken plugin); error text second. Each
+advice carries a stable code (README: "Finding codes") and, where the fix is an
+environment change, that change as data (`fix_env`, None meaning unset), which
+tests/test_oracle.py applies to real JAX to prove it works.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from devctl.model.inventory import BackendInfo, BackendStatus, JaxOutcome
+
+PJRT_ENV = "PJRT_NAMES_AND_LIBRARY_PATHS"
+CODE_PREFIX = "DEVCTL_FR_"
+
+
+@dataclass(frozen=True)
+class Advice:
+    finding: str  # the doctor catalogue id; `code` derives from it
+    summary: str  # what is wrong, one line
+    fix: str  # what to do, one line
+    fix_env: dict[str, str | None] | None = field(default=None)  # the fix as an environment change
+
+    @property
+    def code(self) -> str:
+        return code_of(self.finding)
+
+
+def code_of(finding: str) -> str:
+    """The stable code of a finding id: cuda-plugin-without-gpu -> DEVCTL_FR_CUDA_PLUGIN_WITHOUT_GPU."""
+    return CODE_PREFIX + finding.upper().replace("-", "_")
+
+
+def finding_of(code: str) -> str:
+    """The finding id of a code: the inverse of code_of."""
+    return code.removeprefix(CODE_PREFIX).lower().replace("_", "-")
+
+
+# ---- machine evidence ---------------------------------------------------------------------------
+
+
+def nvidia_evidence(hw) -> str | None:
+    """None when the machine shows no NVIDIA GPU at all; else what shows one."""
+    gpus = getattr(hw.nvidia, "gpus", None) or ()
+    if gpus:
+        return f"NVML sees {len(gpus)} GPU(s)"
+    if hw.nvidia_pci:
+        return f"{len(hw.nvidia_pci)} NVIDIA GPU(s) on the PCI bus"
+    if hw.nvidia_device_nodes:
+        return f"device nodes {', '.join(hw.nvidia_device_nodes[:3])}"
+    return None
+
+
+def nodes_without_driver(hw) -> bool:
+    """/dev/nvidia* exists but the driver's libraries do not: a container given the devices, not the runtime."""
+    nodes = any(n in ("/dev/nvidiactl", "/dev/nvidia0") for n in hw.nvidia_device_nodes)
+    return nodes and getattr(hw.nvidia, "status", None) == "unavailable" and not hw.nvidia_pci
+
+
+def amd_present(hw) -> bool:
+    return bool(getattr(hw.amd, "gpus", None))
+
+
+def _is_cuda(row: BackendInfo) -> bool:
+    return row.platform == "cuda" or "cuda" in (row.plugin or "")
+
+
+def _is_rocm(row: BackendInfo) -> bool:
+    return row.platform == "rocm" or "rocm" in (row.plugin or "")
+
+
+# ---- advice -------------------------------------------------------------------------------------
+
+
+def no_nvidia_gpu() -> Advice:
+    return Advice(
+        "cuda-plugin-without-gpu",
+        "this machine has no NVIDIA GPU (or its driver is not loaded or not mounted into this container); JAX falls back to CPU",
+        "to silence the CUDA plugin set JAX_PLATFORMS=cpu, or uninstall the CUDA extra (pip uninstall jax-cuda12-plugin jax-cuda12-pjrt jax-cuda13-plugin jax-cuda13-pjrt)",
+        {"JAX_PLATFORMS": "cpu"},
+    )
+
+
+def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None) -> Advice | None:
+    """The advice for one backend or plugin row that is not ok; None for a row that needs none."""
+    environ = os.environ if environ is None else environ
+    if row.status is BackendStatus.OK:
+        return None
+    if row.status is BackendStatus.SKIPPED and row.platform == "tpu" and not getattr(hw.tpu, "chips", None):
+        return None  # no TPU here: JAX ignores the backend, and so does devctl
+    broken = row.status in (BackendStatus.FAILED, BackendStatus.CRASHED, BackendStatus.TIMEOUT)
+    if broken and _is_cuda(row) and nodes_without_driver(hw):
+        return Advice(
+            "nvidia-driver-not-mounted",
+            "NVIDIA device nodes exist but the driver's libraries (libcuda, libnvidia-ml) cannot be loaded",
+            "in a container, start it with the NVIDIA runtime (docker run --gpus all, or the NVIDIA device plugin in Kubernetes) so the driver libraries are mounted; on a host, install the NVIDIA driver",
+        )
+    if broken and _is_cuda(row) and nvidia_evidence(hw) is None:
+        return no_nvidia_gpu()
+    if broken and _is_rocm(row) and not amd_present(hw):
+        return Advice(
+            "rocm-plugin-without-gpu",
+            "this machine has no AMD GPU visible through /sys/class/kfd; JAX falls back to CPU",
+            "to silence the ROCm plugin set JAX_PLATFORMS=cpu, or uninstall it (pip uninstall jax-rocm7-plugin jax-rocm7-pjrt)",
+            {"JAX_PLATFORMS": "cpu"},
+        )
+    if row.plugin and row.source == "env":
+        return pjrt_entry(row, environ)
+    if row.plugin and row.status is BackendStatus.FAILED:
+        # JAX logs it and goes on; JAX_PLATFORMS does not stop it: JAX imports every plugin it finds.
+        return Advice(
+            "plugin-broken",
+            f"the plugin {row.plugin} fails to load; JAX logs the error and goes on without it",
+            f"reinstall it at jaxlib's version, or uninstall it (pip uninstall the package that provides {row.plugin})",
+        )
+    if row.plugin:
+        return Advice(
+            "plugin-broken",
+            f"the plugin {row.plugin} {'kills' if row.status is BackendStatus.CRASHED else 'hangs'} every JAX program while it loads",
+            f"uninstall it (pip uninstall the package that provides {row.plugin}); JAX_PLATFORMS does not help: JAX loads every plugin",
+        )
+    if row.status is BackendStatus.TIMEOUT:
+        return Advice(
+            "backend-failed",
+            f"the {row.platform} backend hangs while it starts",
+            "another process may hold the device (devctl memstats names it), or a multi-host slice waits for its other hosts: start the program on every host",
+        )
+    if row.platform == "tpu" and not getattr(hw.tpu, "chips", None):
+        # Only JAX_PLATFORMS makes a machine without TPU fail on tpu (else the row is skipped above).
+        return Advice("jax-platforms-unavailable", "this machine has no TPU chip, and JAX_PLATFORMS names tpu", "drop tpu from JAX_PLATFORMS")
+    if row.platform == "tpu" and "libtpu" in (row.error or ""):
+        return Advice("libtpu-missing", "TPU chips are present but libtpu cannot be loaded", "pip install -U 'jax[tpu]'")
+    if row.status is BackendStatus.SKIPPED:
+        return None
+    quiet = row.fail_quietly and not environ.get("JAX_PLATFORMS")
+    return Advice(
+        "backend-failed",
+        f"the {row.platform} backend fails to start" + ("; JAX ignores it" if quiet else "; jax.devices() raises for every program"),
+        f"fix what its error says, or uninstall the plugin that provides {row.platform}; meanwhile JAX_PLATFORMS=cpu skips it",
+        None if quiet else {"JAX_PLATFORMS": "cpu"},
+    )
+
+
+def pjrt_entry(row: BackendInfo, environ: Mapping[str, str]) -> Advice:
+    """A PJRT_NAMES_AND_LIBRARY_PATHS entry that fails: JAX raises for it on every call, JAX_PLATFORMS or not."""
+    items = [i for i in (environ.get(PJRT_ENV) or "").split(",") if i]
+    # JAX stops at the first entry that fails: drop it and every other whose file is not there either.
+    keep = [i for i in items if i.split(os.pathsep, 1)[0] != row.platform and os.path.isfile(i.split(os.pathsep, 1)[-1])]
+    remaining = ",".join(keep) or None
+    action = f"export {PJRT_ENV}={remaining}" if remaining else f"unset {PJRT_ENV}"
+    return Advice(
+        "pjrt-entry-broken",
+        f"{PJRT_ENV} entry {row.platform} cannot be loaded, so every jax.devices() raises, even with JAX_PLATFORMS=cpu",
+        f"fix its path, or drop it: {action}",
+        {PJRT_ENV: remaining},
+    )
+
+
+def for_outcome(outcome: JaxOutcome, backends: list[BackendInfo], hw, environ: Mapping[str, str] | None = None) -> Advice | None:
+    """The advice when jax.devices() itself fails: the culprit's, phrased for JAX as a whole."""
+    environ = os.environ if environ is None else environ
+    if not outcome.fails:
+        return None
+    rows = {b.platform: b for b in backends}
+    culprit = rows.get(outcome.culprit or "")
+    if outcome.culprit == PJRT_ENV or (culprit is not None and culprit.source == "env"):
+        return pjrt_entry(culprit or BackendInfo(platform="?", status=BackendStatus.FAILED), environ)
+    named = environ.get("JAX_PLATFORMS")
+    if named and (culprit is None or not culprit.plugin):
+        # Every platform JAX_PLATFORMS lists must start; keeping only those that do is the fix.
+        working = [p for p in named.split(",") if (rows.get(p) is not None and rows[p].status is BackendStatus.OK)]
+        value = ",".join(working) or None
+        return Advice(
+            "jax-platforms-unavailable",
+            f"JAX_PLATFORMS={named!r} names a platform that does not start here ({outcome.culprit or 'none of them starts'}), so jax.devices() raises",
+            f"drop {outcome.culprit or 'what does not start'} from JAX_PLATFORMS: " + (f"export JAX_PLATFORMS={value}" if value else "unset JAX_PLATFORMS"),
+            {"JAX_PLATFORMS": value},
+        )
+    if culprit is not None:
+        return for_row(culprit, hw, environ)
+    return Advice("backend-failed", f"jax.devices() {outcome.result}: {outcome.error}", "its error says what is wrong")

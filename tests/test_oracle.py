@@ -1,0 +1,159 @@
+"""devctl's prediction of what JAX does, compared with what real JAX does under the same environment.
+
+Each scenario is an environment a user really ends up in, built here from real
+things: JAX_PLATFORMS values, PJRT_NAMES_AND_LIBRARY_PATHS entries (missing
+files, a text file, JSON configs, real PJRT libraries compiled with cc), and
+plugin packages whose initialize() raises, fails to import, segfaults or hangs.
+For each, `devctl list --json` is run, then real JAX in a fresh interpreter;
+any disagreement fails. Where devctl offers a fix that is an environment
+change, the fix is applied and JAX must then do what devctl promised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from conftest import devctl_env, run_devctl, validate_schema
+from oracle import disagreements, jax_truth
+from plugin_packages import write_plugin
+
+SEP = os.pathsep
+
+
+@dataclass
+class Scenario:
+    name: str
+    env: dict[str, str] = field(default_factory=dict)
+    expect: str = "ok"  # what JAX does: keeps each scenario honest about what it exercises
+    setup: Callable[[Path, dict], dict[str, str]] | None = None  # (tmp dir, pjrt libs) -> more env
+    devices: int = 4
+    timeout: float = 60
+
+
+def _plugin(behaviour: str, name: str = "oracle_plugin"):
+    def setup(tmp: Path, libs: dict) -> dict[str, str]:
+        write_plugin(tmp / "site", name, behaviour)
+        return {"PYTHONPATH": str(tmp / "site")}
+
+    return setup
+
+
+def _import_error(tmp: Path, libs: dict) -> dict[str, str]:
+    pkg = tmp / "site" / "jax_plugins" / "needs_missing_dep"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import devctl_no_such_dependency\n\ndef initialize():\n    pass\n")
+    return {"PYTHONPATH": str(tmp / "site")}
+
+
+def _registers(library: str, name: str = "pluggy", priority: int = 400):
+    """A packaged plugin that registers a real PJRT library, as the CUDA and ROCm plugins do."""
+
+    def setup(tmp: Path, libs: dict) -> dict[str, str]:
+        pkg = tmp / "site" / "jax_plugins" / name
+        pkg.mkdir(parents=True)
+        path = libs[library] if library in libs else library
+        (pkg / "__init__.py").write_text(
+            "from jax._src import xla_bridge as xb\n\n"
+            f"def initialize():\n    xb.register_plugin({name!r}, priority={priority}, library_path={str(path)!r})\n"
+        )
+        return {"PYTHONPATH": str(tmp / "site")}
+
+    return setup
+
+
+def _pjrt(*entries: tuple[str, str]):
+    """PJRT_NAMES_AND_LIBRARY_PATHS from (name, path) pairs; a path may name a pjrt_libs variant or a file to write."""
+
+    def setup(tmp: Path, libs: dict) -> dict[str, str]:
+        items = []
+        for name, path in entries:
+            if path in libs:
+                path = str(libs[path])
+            elif path.startswith("write:"):
+                kind, _, content = path[len("write:"):].partition(":")
+                target = tmp / f"{name}.{kind}"
+                target.write_text(content.replace("LIB", str(libs["good"])))
+                path = str(target)
+            items.append(f"{name}{SEP}{path}" if name else path)
+        return {"PJRT_NAMES_AND_LIBRARY_PATHS": ",".join(items)}
+
+    return setup
+
+
+SCENARIOS = [
+    Scenario("plain-cpu-4-devices"),
+    Scenario("plain-cpu-1-device", devices=1),
+    Scenario("jax-platforms-cpu", {"JAX_PLATFORMS": "cpu"}),
+    Scenario("jax-platforms-empty", {"JAX_PLATFORMS": ""}),
+    Scenario("jax-platforms-cuda-no-gpu", {"JAX_PLATFORMS": "cuda"}, expect="raises"),
+    Scenario("jax-platforms-gpu-no-gpu", {"JAX_PLATFORMS": "gpu"}, expect="raises"),
+    Scenario("jax-platforms-cpu-cuda", {"JAX_PLATFORMS": "cpu,cuda"}),
+    Scenario("jax-platforms-tpu-no-libtpu", {"JAX_PLATFORMS": "tpu"}, expect="raises"),
+    Scenario("jax-platforms-cpu-tpu", {"JAX_PLATFORMS": "cpu,tpu"}, expect="raises"),
+    Scenario("jax-platforms-unknown", {"JAX_PLATFORMS": "foo"}, expect="raises"),
+    Scenario("jax-platforms-uppercase", {"JAX_PLATFORMS": "CPU"}, expect="raises"),
+    Scenario("jax-platforms-space", {"JAX_PLATFORMS": "cpu, tpu"}, expect="raises"),
+    Scenario("tpu-library-path-missing", {"TPU_LIBRARY_PATH": "/nonexistent/libtpu.so"}),
+    Scenario("allocator-and-preallocation", {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}),
+    Scenario("pjrt-missing-file", setup=_pjrt(("ghost", "/nonexistent/libghost.so")), expect="raises"),
+    Scenario("pjrt-missing-file-with-cpu-only", {"JAX_PLATFORMS": "cpu"}, setup=_pjrt(("ghost", "/nonexistent/libghost.so")), expect="raises"),
+    Scenario("pjrt-two-missing-files", setup=_pjrt(("ghost1", "/nonexistent/a.so"), ("ghost2", "/nonexistent/b.so")), expect="raises"),
+    Scenario("pjrt-not-a-library", setup=_pjrt(("text", "write:so:not an ELF file")), expect="raises"),
+    Scenario("pjrt-no-get-pjrt-api", setup=_pjrt(("nosym", "no_get_pjrt_api")), expect="raises"),
+    Scenario("pjrt-library-without-client", setup=_pjrt(("fakegpu", "good")), expect="crashes"),
+    Scenario("pjrt-library-named-away", {"JAX_PLATFORMS": "cpu"}, setup=_pjrt(("fakegpu", "good"))),
+    Scenario("pjrt-json-config", setup=_pjrt(("viajson", 'write:json:{"library_path": "LIB"}')), expect="crashes"),
+    Scenario("pjrt-json-without-library-path", setup=_pjrt(("badjson", 'write:json:{"create_options": {}}')), expect="raises"),
+    Scenario("pjrt-json-missing", setup=_pjrt(("nojson", "/nonexistent/plugin.json")), expect="raises"),
+    Scenario("pjrt-malformed-item", setup=_pjrt(("", "just-a-path-without-name"))),
+    Scenario("pjrt-segfaulting-library", setup=_pjrt(("boom", "segfault")), expect="crashes"),
+    Scenario("plugin-initialize-raises", setup=_plugin("raises")),
+    Scenario("plugin-import-fails", setup=_import_error),
+    Scenario("plugin-segfaults", setup=_plugin("segfaults"), expect="crashes"),
+    Scenario("plugin-aborts", setup=_plugin("aborts"), expect="crashes"),
+    Scenario("plugin-registers-library-without-client", setup=_registers("good"), expect="crashes"),
+    Scenario("plugin-hangs", setup=_plugin("hangs"), expect="hangs", timeout=8),
+    Scenario("plugin-registers-missing-library", setup=_registers("/nonexistent/libpluggy.so")),
+    Scenario("plugin-registered-but-jax-platforms-cpu", {"JAX_PLATFORMS": "cpu"}, setup=_registers("good")),
+]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_devctl_predicts_what_jax_does(scenario: Scenario, tmp_path, pjrt_libs):
+    env = _environment(scenario, tmp_path, pjrt_libs)
+    proc = run_devctl("list", "--json", "--timeout", str(min(scenario.timeout, 20)), env=env, timeout=180)
+    predicted = json.loads(proc.stdout)
+    validate_schema(predicted, "list")
+    truth = jax_truth(env, timeout=scenario.timeout)
+    assert truth["result"] == scenario.expect, f"the scenario no longer exercises what it says: JAX {truth}"
+    assert disagreements(predicted, truth) == [], truth.get("stderr", "")[-2000:]
+    # `devctl list` exits 1 exactly when jax.devices() would fail.
+    assert proc.returncode == (1 if scenario.expect != "ok" else 0), proc.stderr
+    outcome = predicted["jax_outcome"]
+    if scenario.expect == "ok":
+        return
+    assert outcome["code"] and outcome["fix"], outcome
+    if outcome["fix_env"] is None:
+        return  # the fix is no environment change (uninstall a plugin): nothing to apply here
+    # Apply devctl's fix and JAX must then work, and devctl must agree that it does.
+    fixed = {k: v for k, v in env.items() if k not in outcome["fix_env"]}
+    fixed.update({k: v for k, v in outcome["fix_env"].items() if v is not None})
+    assert jax_truth(fixed)["result"] == "ok", f"devctl's fix {outcome['fix']!r} does not make jax.devices() work"
+    again = run_devctl("list", "--json", env=fixed, timeout=180)
+    assert again.returncode == 0 and json.loads(again.stdout)["jax_outcome"]["result"] == "ok"
+
+
+def _environment(scenario: Scenario, tmp: Path, libs: dict) -> dict[str, str]:
+    env = devctl_env(devices=scenario.devices)
+    env.update(scenario.env)
+    extra = scenario.setup(tmp, libs) if scenario.setup else {}
+    if "PYTHONPATH" in extra:
+        env["PYTHONPATH"] = SEP.join((extra.pop("PYTHONPATH"), env["PYTHONPATH"]))
+    env.update(extra)
+    return env
