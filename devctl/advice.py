@@ -110,8 +110,15 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None) -> A
             "to silence the ROCm plugin set JAX_PLATFORMS=cpu, or uninstall it (pip uninstall jax-rocm7-plugin jax-rocm7-pjrt)",
             {"JAX_PLATFORMS": "cpu"},
         )
-    if row.plugin and row.source == "env":
-        return pjrt_entry(row, environ)
+    if row.platform in env_entries(environ):
+        if row.plugin:  # its library did not load
+            return pjrt_entry(row, environ)
+        return Advice(
+            "backend-failed",
+            f"the {row.platform} backend of {PJRT_ENV} fails to start, so jax.devices() {'raises' if row.status is BackendStatus.FAILED else 'dies'} for every program",
+            f"drop it from {PJRT_ENV} ({_without(row.platform, environ)}), or set JAX_PLATFORMS=cpu to skip it",
+            {"JAX_PLATFORMS": "cpu"},
+        )
     if row.plugin and row.status is BackendStatus.FAILED:
         # JAX logs it and goes on; JAX_PLATFORMS does not stop it: JAX imports every plugin it finds.
         return Advice(
@@ -147,18 +154,31 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None) -> A
     )
 
 
+def env_entries(environ: Mapping[str, str]) -> list[str]:
+    """The plugin names PJRT_NAMES_AND_LIBRARY_PATHS gives, as JAX splits them."""
+    return [i.split(os.pathsep, 1)[0] for i in (environ.get(PJRT_ENV) or "").split(",") if os.pathsep in i]
+
+
+def _without(name: str, environ: Mapping[str, str]) -> str:
+    """The shell command that drops `name`, and every other entry whose file is missing, from the variable."""
+    remaining = _remaining(name, environ)
+    return f"export {PJRT_ENV}={remaining}" if remaining else f"unset {PJRT_ENV}"
+
+
+def _remaining(name: str, environ: Mapping[str, str]) -> str | None:
+    # JAX stops at the first entry that fails: drop it and every other whose file is not there either.
+    items = [i for i in (environ.get(PJRT_ENV) or "").split(",") if i]
+    keep = [i for i in items if i.split(os.pathsep, 1)[0] != name and os.path.isfile(i.split(os.pathsep, 1)[-1])]
+    return ",".join(keep) or None
+
+
 def pjrt_entry(row: BackendInfo, environ: Mapping[str, str]) -> Advice:
     """A PJRT_NAMES_AND_LIBRARY_PATHS entry that fails: JAX raises for it on every call, JAX_PLATFORMS or not."""
-    items = [i for i in (environ.get(PJRT_ENV) or "").split(",") if i]
-    # JAX stops at the first entry that fails: drop it and every other whose file is not there either.
-    keep = [i for i in items if i.split(os.pathsep, 1)[0] != row.platform and os.path.isfile(i.split(os.pathsep, 1)[-1])]
-    remaining = ",".join(keep) or None
-    action = f"export {PJRT_ENV}={remaining}" if remaining else f"unset {PJRT_ENV}"
     return Advice(
         "pjrt-entry-broken",
-        f"{PJRT_ENV} entry {row.platform} cannot be loaded, so every jax.devices() raises, even with JAX_PLATFORMS=cpu",
-        f"fix its path, or drop it: {action}",
-        {PJRT_ENV: remaining},
+        f"{PJRT_ENV} entry {row.platform} cannot be loaded, so every jax.devices() {'raises' if row.status is BackendStatus.FAILED else 'dies'}, even with JAX_PLATFORMS=cpu",
+        f"fix its path, or drop it: {_without(row.platform, environ)}",
+        {PJRT_ENV: _remaining(row.platform, environ)},
     )
 
 
@@ -169,7 +189,7 @@ def for_outcome(outcome: JaxOutcome, backends: list[BackendInfo], hw, environ: M
         return None
     rows = {b.platform: b for b in backends}
     culprit = rows.get(outcome.culprit or "")
-    if outcome.culprit == PJRT_ENV or (culprit is not None and culprit.source == "env"):
+    if outcome.culprit == PJRT_ENV or (culprit is not None and culprit.plugin and culprit.platform in env_entries(environ)):
         return pjrt_entry(culprit or BackendInfo(platform="?", status=BackendStatus.FAILED), environ)
     named = environ.get("JAX_PLATFORMS")
     if named and (culprit is None or not culprit.plugin):

@@ -741,7 +741,10 @@ def overview(s: Scene) -> Overview:
     default = inv.default_platform
     devices = [d for d in inv.devices if default and (d.platform == default or (default in ("cuda", "rocm") and d.platform == "gpu"))]
     kinds = sorted({d.device_kind for d in devices})
-    if default:
+    outcome = getattr(inv, "jax_outcome", None)
+    if outcome is not None and outcome.fails:
+        will.append(f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit}")
+    elif default:
         will.append(f"default backend {default}: {len(devices)} device(s) ({', '.join(kinds)})")
     else:
         will.append("no backend: jax.devices() raises")

@@ -24,6 +24,7 @@ from oracle import disagreements, jax_truth
 from plugin_packages import write_plugin
 
 SEP = os.pathsep
+UNINSTALL = "_ORACLE_UNINSTALL"  # a setup's note of what `pip uninstall` of its plugin would remove
 
 
 @dataclass
@@ -38,8 +39,8 @@ class Scenario:
 
 def _plugin(behaviour: str, name: str = "oracle_plugin"):
     def setup(tmp: Path, libs: dict) -> dict[str, str]:
-        write_plugin(tmp / "site", name, behaviour)
-        return {"PYTHONPATH": str(tmp / "site")}
+        path = write_plugin(tmp / "site", name, behaviour)
+        return {"PYTHONPATH": str(tmp / "site"), UNINSTALL: str(path)}
 
     return setup
 
@@ -48,7 +49,7 @@ def _import_error(tmp: Path, libs: dict) -> dict[str, str]:
     pkg = tmp / "site" / "jax_plugins" / "needs_missing_dep"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("import devctl_no_such_dependency\n\ndef initialize():\n    pass\n")
-    return {"PYTHONPATH": str(tmp / "site")}
+    return {"PYTHONPATH": str(tmp / "site"), UNINSTALL: str(pkg)}
 
 
 def _registers(library: str, name: str = "pluggy", priority: int = 400):
@@ -62,7 +63,7 @@ def _registers(library: str, name: str = "pluggy", priority: int = 400):
             "from jax._src import xla_bridge as xb\n\n"
             f"def initialize():\n    xb.register_plugin({name!r}, priority={priority}, library_path={str(path)!r})\n"
         )
-        return {"PYTHONPATH": str(tmp / "site")}
+        return {"PYTHONPATH": str(tmp / "site"), UNINSTALL: str(pkg)}
 
     return setup
 
@@ -136,17 +137,45 @@ def test_devctl_predicts_what_jax_does(scenario: Scenario, tmp_path, pjrt_libs):
     # `devctl list` exits 1 exactly when jax.devices() would fail.
     assert proc.returncode == (1 if scenario.expect != "ok" else 0), proc.stderr
     outcome = predicted["jax_outcome"]
+    if _advises_uninstall(predicted):
+        _verify_uninstall(env, scenario)
     if scenario.expect == "ok":
         return
     assert outcome["code"] and outcome["fix"], outcome
     if outcome["fix_env"] is None:
-        return  # the fix is no environment change (uninstall a plugin): nothing to apply here
+        return  # the fix is no environment change: uninstalling was verified above
     # Apply devctl's fix and JAX must then work, and devctl must agree that it does.
     fixed = {k: v for k, v in env.items() if k not in outcome["fix_env"]}
     fixed.update({k: v for k, v in outcome["fix_env"].items() if v is not None})
     assert jax_truth(fixed)["result"] == "ok", f"devctl's fix {outcome['fix']!r} does not make jax.devices() work"
     again = run_devctl("list", "--json", env=fixed, timeout=180)
     assert again.returncode == 0 and json.loads(again.stdout)["jax_outcome"]["result"] == "ok"
+
+
+def _advises_uninstall(predicted: dict) -> bool:
+    advice = [predicted["jax_outcome"].get("fix") or ""] + [b.get("hint") or "" for b in predicted["backends"] if b.get("plugin")]
+    return any("uninstall" in a for a in advice)
+
+
+def _verify_uninstall(env: dict[str, str], scenario: Scenario) -> None:
+    """Apply 'uninstall the plugin': JAX then works and logs no broken plugin."""
+    import shutil
+
+    path = env.get(UNINSTALL)
+    assert path, f"{scenario.name}: devctl advises an uninstall, and the scenario has no plugin to remove"
+    shutil.rmtree(path)
+    truth = jax_truth(env)
+    assert truth["result"] == "ok" and truth["broken_plugins"] == [], truth
+
+
+def test_jax_platforms_does_not_silence_a_broken_plugin(tmp_path, pjrt_libs):
+    """Why devctl never offers JAX_PLATFORMS=cpu for a broken plugin: JAX imports every plugin anyway."""
+    scenario = Scenario("raises", {"JAX_PLATFORMS": "cpu"}, setup=_plugin("raises"))
+    env = _environment(scenario, tmp_path, pjrt_libs)
+    assert jax_truth(env)["broken_plugins"] == ["jax_plugins.oracle_plugin"]
+    doc = json.loads(run_devctl("list", "--json", env=env).stdout)
+    (row,) = [b for b in doc["backends"] if b.get("plugin")]
+    assert row["code"] == "DEVCTL_FR_PLUGIN_BROKEN" and "JAX_PLATFORMS" not in row["hint"]
 
 
 def _environment(scenario: Scenario, tmp: Path, libs: dict) -> dict[str, str]:

@@ -103,7 +103,8 @@ def probe_backends(
         kind, name = culprit
         if kind == "plugin":
             skip_plugins.append(name)
-            by_platform[name] = _failed(name, child, f"while loading plugin {name}", plugin=name)
+            entry = any(i.split(os.pathsep)[0] == name for i in env_items)
+            by_platform[name] = _failed(name, child, f"while loading plugin {name}", plugin=name, source="env" if entry else None)
         else:
             skip_platforms.append(name)
             by_platform[name] = _failed(name, child, f"while initializing backend {name!r}")
@@ -139,7 +140,7 @@ def _culprit(child: ChildResult) -> tuple[str, str] | None:
     return None
 
 
-def _failed(name: str, child: ChildResult, where: str, plugin: str | None = None) -> BackendInfo:
+def _failed(name: str, child: ChildResult, where: str, plugin: str | None = None, source: str | None = None) -> BackendInfo:
     from devctl.model.inventory import BackendInfo, BackendStatus
     from devctl.probe.runner import last_line
 
@@ -150,7 +151,7 @@ def _failed(name: str, child: ChildResult, where: str, plugin: str | None = None
     error = f"{child.failure_text()} {where}"
     if detail and detail not in error:
         error += f" (last output: {detail})"
-    return BackendInfo(platform=name, status=status, error=error, init_s=child.elapsed_s, plugin=plugin)
+    return BackendInfo(platform=name, status=status, error=error, init_s=child.elapsed_s, plugin=plugin, source=source)
 
 
 # ---------------------------------------------------------------- child side
