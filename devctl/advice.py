@@ -60,7 +60,9 @@ def nvidia_evidence(hw) -> str | None:
 def nodes_without_driver(hw) -> bool:
     """/dev/nvidia* exists but the driver's libraries do not: a container given the devices, not the runtime."""
     nodes = any(n in ("/dev/nvidiactl", "/dev/nvidia0") for n in hw.nvidia_device_nodes)
-    return nodes and getattr(hw.nvidia, "status", None) == "unavailable" and not hw.nvidia_pci
+    # "libnvidia-ml.so.1 not found": the library is missing (not NVML left unread under --host-root).
+    missing = getattr(hw.nvidia, "status", None) == "unavailable" and "not found" in (getattr(hw.nvidia, "reason", None) or "")
+    return nodes and missing
 
 
 def amd_present(hw) -> bool:

@@ -8,6 +8,7 @@ than the probe.
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -219,7 +220,11 @@ def with_advice(outcome: JaxOutcome | None, backends: list[BackendInfo], hw: Har
 
 
 def quiet_tpu_without_chips(b: BackendInfo, hw: Hardware) -> BackendInfo:
-    """JAX tries TPU on every machine and ignores the failure; with no TPU chip present that is not a failure."""
-    if b.platform == "tpu" and b.status is BackendStatus.FAILED and b.fail_quietly and not getattr(hw.tpu, "chips", None):
+    """JAX tries TPU (and the IFRT proxy) on every machine and ignores the failure: where that is expected, so does devctl."""
+    if b.status is not BackendStatus.FAILED or not b.fail_quietly:
+        return b
+    if b.platform == "tpu" and not getattr(hw.tpu, "chips", None):
         return dataclasses.replace(b, status=BackendStatus.SKIPPED, hint="no TPU chip on this machine; JAX ignores this backend")
+    if b.platform == "proxy" and not os.environ.get("JAX_BACKEND_TARGET"):
+        return dataclasses.replace(b, status=BackendStatus.SKIPPED, hint="no JAX_BACKEND_TARGET: JAX ignores the IFRT proxy backend")
     return b

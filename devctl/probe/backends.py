@@ -303,8 +303,9 @@ def platforms_to_try(xb, requested: list[str] | None) -> list[tuple[str, int, bo
         # Split as JAX splits, on commas only: " tpu" is a platform no factory serves.
         names = [p for r in os.environ["JAX_PLATFORMS"].split(",") for p in xb.expand_platform_alias(r)]
     else:
-        # The IFRT proxy backend (negative priority) is only ever used when asked for.
-        names = [p for p, r in registered.items() if r.priority >= 0]
+        # Every factory, as JAX tries them: jax 0.12's IFRT proxy too (priority -1, never the default;
+        # without JAX_BACKEND_TARGET it fails at once, quietly, and devctl says so quietly).
+        names = list(registered)
     # A platform the user named (JAX_PLATFORMS, --platform) must start: JAX raises instead of failing quietly.
     named = bool(requested or os.environ.get("JAX_PLATFORMS"))
     out = []
