@@ -207,7 +207,7 @@ def with_hint(b: BackendInfo, hw: Hardware) -> BackendInfo:
     advice = for_row(b, hw)
     if advice is None:
         return b
-    return dataclasses.replace(b, hint=advice.fix, code=advice.code)
+    return dataclasses.replace(b, hint=advice.fix, code=advice.code, summary=advice.summary)
 
 
 def with_advice(outcome: JaxOutcome | None, backends: list[BackendInfo], hw: Hardware) -> JaxOutcome | None:

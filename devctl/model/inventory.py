@@ -31,6 +31,7 @@ class BackendInfo:
     source: str | None = None  # "env" for a PJRT_NAMES_AND_LIBRARY_PATHS entry
     hint: str | None = None  # what to do, one line (devctl.advice)
     code: str | None = None  # the finding code of that advice (README: finding codes)
+    summary: str | None = None  # what is wrong, in the machine's terms (the error says it in the library's)
 
     @classmethod
     def from_event(cls, e: dict) -> BackendInfo:

@@ -57,7 +57,8 @@ def render_inventory(inv) -> None:
         for col in ("backend", "status", "reason", "what to do"):
             table.add_column(col, overflow="fold")
         for b in bad:
-            table.add_row(b.platform, b.status.value, b.error or "-", f"{b.hint} ({b.code})" if b.code else b.hint or "-")
+            # What is wrong in the machine's terms first; the library's own words stay in --json and doctor.
+            table.add_row(b.platform, b.status.value, b.summary or b.error or "-", f"{b.hint} ({b.code})" if b.code else b.hint or "-")
         console.print(table)
 
     if inv.unused_accelerators:
