@@ -36,7 +36,7 @@ class EnvironmentReport:
 def collect_environment() -> EnvironmentReport:
     """Package metadata, NVML's driver version and os.environ only: safe while a job holds the TPU or the GPU."""
     from devctl.discovery import nvidia
-    from devctl.discovery.envvars import env_vars
+    from devctl.discovery.envvars import FALLBACK_RULES, env_vars, jaxlib_rules
     from devctl.discovery.versions import check_versions, installed_packages, libtpu_pin, minimum_jaxlib_version
 
     packages = installed_packages()
@@ -49,6 +49,9 @@ def collect_environment() -> EnvironmentReport:
     cuda_driver = nvml.cuda_driver_version_str
     if nvml.status != "ok":
         notes.append(f"NVML: {nvml.reason}")
+    rules = jaxlib_rules()
+    if rules.source == FALLBACK_RULES.source:
+        notes.append(f"environment variables judged by {rules.source}: {rules.origin}")
     for w in wheels:
         if w.verdict == "too old":
             findings.append(

@@ -409,12 +409,12 @@ def test_a_backend_without_multi_process_support_is_reported_not_fatal():
 
 
 def test_check_distributed_one_report_with_each_host_named_and_exit_1_when_one_fails(tmp_path):
-    # Only process 1 has an impossible memory fraction: its env check fails, and with it the cluster.
+    # Only process 1 has an allocator jaxlib rejects: its env check fails, and with it the cluster.
     port = free_port()
     junit = tmp_path / "cluster.xml"
     common = ("--json", "--timeout", OK_TIMEOUT, "--only", "versions,env,devices")
     p0 = start("check", 0, 2, port, *common, "--junit-xml", str(junit))
-    p1 = start("check", 1, 2, port, *common, env=devctl_env(devices=2, XLA_PYTHON_CLIENT_MEM_FRACTION="7"))
+    p1 = start("check", 1, 2, port, *common, env=devctl_env(devices=2, XLA_PYTHON_CLIENT_ALLOCATOR="bogus"))
     (rc0, out0, err0), (rc1, out1, err1) = finish([p0, p1])
     assert rc1 == 0 and out1 == "", err1  # only process 0 speaks for the cluster
     assert rc0 == 1, err0

@@ -9,8 +9,6 @@ from devctl.model.plugins import PluginStatus
 _NOT_A_FAILURE = (PluginStatus.OK, PluginStatus.NO_LIBRARY)
 # Every released XLA speaks PJRT C API major 0; a plugin built for another major cannot be loaded.
 FRAMEWORK_PJRT_MAJOR = 0
-# Variables whose bad value makes JAX raise (or fail hard), as opposed to being ignored or deprecated.
-_FATAL_VARS = frozenset({"JAX_PLATFORMS", "XLA_PYTHON_CLIENT_ALLOCATOR", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"})
 
 
 def check_versions(ctx) -> Verdict:
@@ -33,6 +31,7 @@ def check_plugins(ctx) -> Verdict:
     broken_init = {b.platform: b for b in inv.backends if b.plugin}
     problems: list[str] = []
     remedies: list[str] = []
+    codes: list[str | None] = []  # the finding code of each remedy: list's and doctor's for the same row
     names: list[str] = []
     for p in inv.plugins:
         names.append(p.name)
@@ -40,21 +39,25 @@ def check_plugins(ctx) -> Verdict:
         if row is not None:
             problems.append(f"{p.name}: {row.status.value}: {row.error}")
             remedies.append(row.hint or f"reinstall or uninstall {p.distribution or p.module or p.name}")
+            codes.append(row.code)
         elif is_plugin_failure(p):
             problems.append(f"{p.name}: {p.status.value}: {p.error}")
             remedies.append(_plugin_remedy(p))
+            codes.append(None)
         elif p.pjrt_api_version is not None and p.pjrt_api_version.major != FRAMEWORK_PJRT_MAJOR:
             problems.append(
                 f"{p.name}: its library speaks PJRT C API {p.pjrt_api_version}, jaxlib speaks major {FRAMEWORK_PJRT_MAJOR}"
             )
             remedies.append(_plugin_remedy(p))
+            codes.append(None)
     for row in broken_init.values():  # a failing plugin discovery did not list (entry point only seen by JAX)
         names.append(row.platform)
         problems.append(f"{row.platform}: {row.status.value}: {row.error}")
         remedies.append(row.hint or "reinstall or uninstall it")
+        codes.append(row.code)
     details = {"plugins": names, "problems": problems}
     if problems:
-        return failed(join(problems, 2), remedies[0], **details)
+        return failed(join(problems, 2), remedies[0], code=codes[0], **details)
     if not names:
         return passed("no JAX plugins installed: nothing to load beyond jaxlib's own CPU backend", **details)
     return passed(f"{len(names)} plugin(s) load: {', '.join(names)}", **details)
@@ -74,29 +77,23 @@ def _plugin_remedy(p) -> str:
 
 
 def check_env(ctx) -> Verdict:
-    from devctl.discovery.envvars import env_vars
+    from devctl.discovery.envvars import assess_env, jaxlib_rules
 
-    variables = env_vars()
-    fatal = [v for v in variables if v.problem and v.name in _FATAL_VARS and not v.problem.startswith("deprecated")]
-    other = [v for v in variables if v.problem and v not in fatal]
-    details = {"set": {v.name: v.value for v in variables}, "problems": {v.name: v.problem for v in fatal + other}}
-    if fatal:
-        return failed(join([f"{v.name}={v.value!r}: {v.problem}" for v in fatal], 2), _env_remedy(fatal[0]), **details)
-    if other:
-        return warned(join([f"{v.name}={v.value!r}: {v.problem}" for v in other], 2), _env_remedy(other[0]), **details)
+    variables = assess_env()
+    errors = [v for v in variables if v.severity == "error"]
+    warnings = [v for v in variables if v.severity == "warning"]
+    details = {
+        "set": {v.name: v.value for v in variables},
+        "problems": {v.name: v.problem for v in errors + warnings},
+        "errors": [v.name for v in errors],
+        # Each fix as an environment change, so a script (and the oracle test) can apply it.
+        "fixes": {v.name: v.fix.to_json() for v in errors + warnings if v.fix is not None},
+        "jaxlib_rules": f"{jaxlib_rules().source}: {jaxlib_rules().origin}",
+    }
+    if errors:
+        return failed(join([f"{v.name}={v.value!r}: {v.problem}" for v in errors], 2), errors[0].remedy, **details)
+    if warnings:
+        return warned(join([f"{v.name}={v.value!r}: {v.problem}" for v in warnings], 2), warnings[0].remedy, **details)
     if not variables:
         return passed("no JAX, XLA or TPU variables set", **details)
     return passed(f"{len(variables)} relevant variable(s) set, none with a problem: {', '.join(v.name for v in variables)}", **details)
-
-
-def _env_remedy(v) -> str:
-    fixes = {
-        "JAX_PLATFORMS": "list only installed platforms (devctl list shows them), or unset JAX_PLATFORMS",
-        "XLA_PYTHON_CLIENT_MEM_FRACTION": "use XLA_CLIENT_MEM_FRACTION=0.75 (a number in (0, 1]) and unset XLA_PYTHON_CLIENT_MEM_FRACTION",
-        "XLA_CLIENT_MEM_FRACTION": "set a number in (0, 1], e.g. XLA_CLIENT_MEM_FRACTION=0.75",
-        "XLA_PYTHON_CLIENT_ALLOCATOR": "set one of default, platform, bfc, cuda_async, vmm, address, or unset it",
-        "TPU_LIBRARY_PATH": "point TPU_LIBRARY_PATH at an existing libtpu.so, or unset it and pip install -U 'jax[tpu]'",
-        "JAX_PLATFORM_NAME": "use JAX_PLATFORMS instead, and unset JAX_PLATFORM_NAME",
-        "JAX_CUDA_VISIBLE_DEVICES": "use CUDA_VISIBLE_DEVICES, and unset JAX_CUDA_VISIBLE_DEVICES",
-    }
-    return fixes.get(v.name, f"fix or unset {v.name}")

@@ -381,7 +381,7 @@ class _Progress:
             from devctl.render.console import err
 
             self._bar = Progress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),  # the label carries device and variant names
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),

@@ -87,13 +87,11 @@ def _matrix_groups(cells) -> dict:
 
 
 def _results_table(report: TransferReport):
-    from rich.table import Table
-
-    from devctl.render.console import table_box
+    from devctl.render.console import data_table
 
     cells = report.results
     layouts = {c.layout for c in cells}
-    table = Table(box=table_box(), title="devctl bench transfer", title_justify="left", pad_edge=False)
+    table = data_table(title="devctl bench transfer")
     table.add_column("Direction")
     table.add_column("Variant")
     if layouts != {"single"}:
@@ -138,21 +136,14 @@ def table_cells(cells) -> list[Cell]:
 
 
 def _pair_matrices(cells) -> list:
-    from rich.table import Table
-
-    from devctl.render.console import table_box
+    from devctl.render.console import data_table
 
     out = []
     for (direction, variant, _layout, size), group in _matrix_groups(cells).items():
         srcs = sorted({c.src for c in group}, key=_device_order)
         dsts = sorted({c.dst for c in group}, key=_device_order)
         by_pair = {(c.src, c.dst): c for c in group}
-        table = Table(
-            box=table_box(),
-            title=f"{direction} {variant} GB/s at {format_size_short(size)}, source (rows) → destination (columns)",
-            title_justify="left",
-            pad_edge=False,
-        )
+        table = data_table(title=f"{direction} {variant} GB/s at {format_size_short(size)}, source (rows) → destination (columns)")
         table.add_column("")
         for d in dsts:
             table.add_column(d, justify="right")

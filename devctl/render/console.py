@@ -55,6 +55,8 @@ def _console(stderr: bool):
     return _Console(
         file=stream,
         stderr=stderr,
+        # What devctl prints is data (paths, flags, 'jax[cuda12]' specs), never markup: rich would drop or choke on '[...]'.
+        markup=False,
         no_color=no_color,
         color_system=None if no_color else "auto",
         highlight=False,
@@ -73,6 +75,42 @@ def out():
 def err():
     """The stderr console (messages, warnings, progress)."""
     return _console(True)
+
+
+def plain(value):
+    """A str as rich Text, shown exactly as it is; anything else unchanged."""
+    if isinstance(value, str):
+        from rich.text import Text
+
+        return Text(value)
+    return value
+
+
+def data_table(*headers, title=None, **kwargs):
+    """A rich Table whose title, headers and cells are plain text whatever console prints it.
+
+    Every renderer builds its tables here, so none can forget: a str cell given to a bare
+    rich Table is parsed as markup (`--xla_dump_to=[/tmp/x]` raises MarkupError, `[bold]` vanishes).
+    """
+    kwargs.setdefault("box", table_box())
+    kwargs.setdefault("pad_edge", False)
+    if title is not None:
+        kwargs.setdefault("title_justify", "left")
+    return _data_table_class()(*headers, title=plain(title), **kwargs)  # headers go through add_column
+
+
+@lru_cache(maxsize=None)
+def _data_table_class():
+    from rich.table import Table
+
+    class DataTable(Table):
+        def add_column(self, header="", footer="", *args, **kwargs) -> None:
+            super().add_column(plain(header), plain(footer), *args, **kwargs)
+
+        def add_row(self, *cells, **kwargs) -> None:
+            super().add_row(*map(plain, cells), **kwargs)
+
+    return DataTable
 
 
 def table_box():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from devctl.render.console import out, table_box
+from devctl.render.console import data_table, out
 from devctl.units import format_bytes
 
 
@@ -17,14 +17,12 @@ def print_cluster(report, json_out: bool) -> None:
 
 
 def render_cluster(report) -> None:
-    from rich.table import Table
-
     console = out()
     total = len([d for d in report.devices if d.id is not None])
     coordinator = f", coordinator {report.coordinator}" if report.coordinator else ""
     console.print(f"cluster: {report.num_processes} process(es){coordinator}; {total} JAX device(s)", markup=False)
 
-    hosts = Table(title="hosts", title_justify="left", box=table_box(), pad_edge=False)
+    hosts = data_table(title="hosts")
     for col in ("process", "host", "devices", "kind", "jax", "jaxlib", "libtpu", "driver"):
         hosts.add_column(col, justify="right" if col in ("process", "devices") else "left")
     for p in report.processes:
@@ -34,7 +32,7 @@ def render_cluster(report) -> None:
         )  # fmt: skip
     console.print(hosts)
 
-    devices = Table(title="devices", title_justify="left", box=table_box(), pad_edge=False)
+    devices = data_table(title="devices")
     for col in ("process", "host", "device", "kind", "memory limit", "peak in use", "headroom"):
         devices.add_column(col, justify="left" if col in ("host", "device", "kind") else "right")
     for d in report.devices:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from devctl.render.console import out, table_box
+from devctl.render.console import data_table, out
 
 
 def render_environment(rep) -> None:
-    from rich.table import Table
-
     console = out()
-    versions = Table(title="versions", title_justify="left", box=table_box(), pad_edge=False)
+    versions = data_table(title="versions")
     versions.add_column("component")
     versions.add_column("version")
     versions.add_row("python", f"{rep.python} ({rep.python_executable})")
@@ -24,14 +22,14 @@ def render_environment(rep) -> None:
     console.print(versions)
 
     if rep.findings:
-        problems = Table(title="version problems", title_justify="left", box=table_box(), pad_edge=False)
+        problems = data_table(title="version problems")
         for col in ("severity", "problem", "fix"):
             problems.add_column(col, overflow="fold")
         for f in rep.findings:
             problems.add_row(f.severity, f.message, f.remediation or "-")
         console.print(problems)
 
-    env = Table(title="environment variables that change JAX's device behaviour", title_justify="left", box=table_box(), pad_edge=False)
+    env = data_table(title="environment variables that change JAX's device behaviour")
     for col in ("variable", "value", "meaning", "problem"):
         env.add_column(col, overflow="fold")
     for e in rep.env:

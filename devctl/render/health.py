@@ -7,7 +7,7 @@ import sys
 from contextlib import contextmanager
 
 from devctl.model.health import CheckReport, CheckResult, CheckStatus, DoctorReport
-from devctl.render.console import out, table_box
+from devctl.render.console import data_table, out
 
 _LABEL = {CheckStatus.PASS: "pass", CheckStatus.WARN: "WARN", CheckStatus.FAIL: "FAIL", CheckStatus.SKIP: "skip"}
 _STYLE = {CheckStatus.PASS: "green", CheckStatus.WARN: "yellow", CheckStatus.FAIL: "bold red", CheckStatus.SKIP: "dim"}
@@ -17,11 +17,10 @@ _STYLE = {CheckStatus.PASS: "green", CheckStatus.WARN: "yellow", CheckStatus.FAI
 
 
 def render_check(report: CheckReport) -> None:
-    from rich.table import Table
     from rich.text import Text
 
     console = out()
-    table = Table(box=table_box(), pad_edge=False)
+    table = data_table()
     for col in ("check", "status", "time", "result", "what to do"):
         table.add_column(col, justify="right" if col == "time" else "left", overflow="fold")
     for r in report.checks:
@@ -54,10 +53,13 @@ def progress(text: str):
     if not sys.stderr.isatty():
         yield lambda _text: None
         return
+    from rich.text import Text
+
     from devctl.render.console import err
 
-    with err().status(text) as status:
-        yield lambda new: status.update(new)
+    # A status line's str is markup to rich's Spinner, whatever the console says.
+    with err().status(Text(text)) as status:
+        yield lambda new: status.update(Text(new))
 
 
 # ---- check: JUnit XML -----------------------------------------------------------------------------

@@ -5,13 +5,11 @@ from __future__ import annotations
 from itertools import groupby
 
 from devctl.model.inventory import BackendStatus
-from devctl.render.console import out, table_box
+from devctl.render.console import data_table, out
 from devctl.units import format_bytes, format_seconds
 
 
 def render_inventory(inv) -> None:
-    from rich.table import Table
-
     console = out()
     header = f"jax {inv.jax_version or '?'}, jaxlib {inv.jaxlib_version or '?'}"
     if inv.default_platform:
@@ -35,7 +33,7 @@ def render_inventory(inv) -> None:
             if b.pjrt_c_api_version:
                 title += f", PJRT C API {b.pjrt_c_api_version['major']}.{b.pjrt_c_api_version['minor']}"
             title += f", init {format_seconds(b.init_s)}"
-        table = Table(title=title, title_justify="left", box=table_box(), pad_edge=False)
+        table = data_table(title=title)
         for col in ("id", "kind", "process", "hw id", "memory kinds", "memory limit", "details"):
             table.add_column(col, justify="right" if col in ("id", "process", "hw id", "memory limit") else "left")
         for d in group:
@@ -53,7 +51,7 @@ def render_inventory(inv) -> None:
 
     bad = [b for b in inv.backends if b.status is not BackendStatus.OK]
     if bad:
-        table = Table(title="backends not in use", title_justify="left", box=table_box(), pad_edge=False)
+        table = data_table(title="backends not in use")
         for col in ("backend", "status", "reason", "what to do"):
             table.add_column(col, overflow="fold")
         for b in bad:
@@ -62,7 +60,7 @@ def render_inventory(inv) -> None:
         console.print(table)
 
     if inv.unused_accelerators:
-        table = Table(title="accelerators on this machine that JAX is not using", title_justify="left", box=table_box(), pad_edge=False)
+        table = data_table(title="accelerators on this machine that JAX is not using")
         for col in ("kind", "name", "where", "why"):
             table.add_column(col, overflow="fold")
         for u in inv.unused_accelerators:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
-from devctl.render.console import out, table_box
+from devctl.render.console import data_table, out
 from devctl.units import format_bytes
 
 _SPARK = "▁▂▃▄▅▆▇█"
@@ -23,10 +23,8 @@ def device_usage(snapshot, device) -> tuple[int | None, int | None]:
 
 
 def snapshot_tables(snapshot, history: dict | None = None, peaks: dict | None = None) -> list:
-    from rich.table import Table
-
     tables = []
-    devices = Table(title="devices", title_justify="left", box=table_box(), pad_edge=False)
+    devices = data_table(title="devices")
     columns = ["device", "kind", "limit", "in use", "peak", "headroom", "driver used/total", "status"]
     if history is not None:
         columns[3:3] = ["usage", "history"]
@@ -49,7 +47,7 @@ def snapshot_tables(snapshot, history: dict | None = None, peaks: dict | None = 
     tables.append(devices)
 
     if snapshot.processes:
-        procs = Table(title="processes", title_justify="left", box=table_box(), pad_edge=False)
+        procs = data_table(title="processes")
         for col in ("pid", "source", "user", "device", "memory", "arrays", "headroom", "command"):
             procs.add_column(col, overflow="fold")
         for p in snapshot.processes:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from devctl.render.console import out, table_box
+from devctl.render.console import data_table, out
 
 
 def render_plugins(plugins: list) -> None:
-    from rich.table import Table
-
     console = out()
     if not plugins:
         console.print("No JAX plugins installed and PJRT_NAMES_AND_LIBRARY_PATHS is not set: JAX has its built-in CPU backend only.", markup=False)
         return
-    table = Table(box=table_box(), pad_edge=False)
+    table = data_table()
     for col in ("name", "source", "package", "library", "PJRT API", "attributes", "status"):
         table.add_column(col, overflow="fold")
     for p in plugins:
