@@ -30,6 +30,7 @@ from devctl.model.health import (
     Overview,
 )
 from devctl.model.inventory import BackendStatus
+from devctl.privilege import as_root, thp_fix
 from devctl.units import format_bytes
 
 _CUDA_FIX = 'pip install -U "jax[cuda13]" (NVIDIA driver >= 580) or "jax[cuda12]" (driver >= 525)'
@@ -70,7 +71,7 @@ CATALOGUE: dict[str, KnownFailure] = {
         KnownFailure(
             "fabric-manager-missing", 6, "NVIDIA fabric manager not running on an NVSwitch system",
             "on NVSwitch systems (HGX A100/H100/H200) CUDA cannot start until nvidia-fabricmanager, matching the driver, is running: cuInit fails with CUDA_ERROR_SYSTEM_NOT_READY",
-            "install nvidia-fabricmanager-<driver branch> and start it: sudo systemctl enable --now nvidia-fabricmanager",
+            "install nvidia-fabricmanager-<driver branch> and start it: " + as_root("systemctl enable --now nvidia-fabricmanager"),
             ("https://github.com/jax-ml/jax/issues/24866", "https://github.com/jax-ml/jax/pull/34113"),
         ),
         KnownFailure(
@@ -124,7 +125,7 @@ CATALOGUE: dict[str, KnownFailure] = {
         KnownFailure(
             "tpu-stale-lockfile", 14, "stale libtpu lockfile",
             "a process that used the TPU died without removing /tmp/libtpu_lockfile; no live process holds it",
-            "sudo rm /tmp/libtpu_lockfile",
+            as_root("rm /tmp/libtpu_lockfile"),
             ("https://github.com/jax-ml/jax/issues/22070",),
         ),
         KnownFailure(
@@ -158,7 +159,7 @@ CATALOGUE: dict[str, KnownFailure] = {
         KnownFailure(
             "tpu-thp-off", None, "transparent hugepages off on TPU v5e and newer",
             "JAX warns that the TPU runtime starts and stops much more slowly without transparent hugepages",
-            "echo always | sudo tee /sys/kernel/mm/transparent_hugepage/enabled",
+            thp_fix(),
         ),
         KnownFailure(
             "jax-platforms-unavailable", None, "JAX_PLATFORMS names a platform that does not start",
@@ -576,14 +577,14 @@ def _tpu(s: Scene) -> Iterable[_Draft]:
             evidence.append(f"so the tpu backend {tpu_row.status.value}: {tpu_row.error}")
         yield _Draft(
             "tpu-held", evidence, ["tpu", "backends", "devices"],
-            fix=f"stop it when it is safe (kill {pid}; sudo lsof -w {paths[0]} lists every holder); to share the chips set TPU_VISIBLE_CHIPS, TPU_CHIPS_PER_PROCESS_BOUNDS and TPU_PROCESS_BOUNDS",
+            fix=f"stop it when it is safe (kill {pid}; {as_root(f'lsof -w {paths[0]}')} lists every holder); to share the chips set TPU_VISIBLE_CHIPS, TPU_CHIPS_PER_PROCESS_BOUNDS and TPU_PROCESS_BOUNDS",
         )  # fmt: skip
     if lock.state == "stale":
         named = f", and the pid it names ({lock.pid_in_file}) is not running" if lock.pid_in_file else ""
         yield _Draft(
             "tpu-stale-lockfile",
             [f"{lock.path} exists, no live process has it open or locked{named}"],
-            ["tpu"], fix=f"sudo rm {lock.path}", severity="warning",
+            ["tpu"], fix=as_root(f"rm {lock.path}"), severity="warning",
         )  # fmt: skip
 
     path = s.environ.get("TPU_LIBRARY_PATH")
@@ -632,7 +633,7 @@ def _tpu(s: Scene) -> Iterable[_Draft]:
         yield _Draft(
             "tpu-thp-off",
             [f"/sys/kernel/mm/transparent_hugepage/enabled is [{host.thp_mode}] on a TPU {', '.join(thp_versions)} host (JAX wants [always])"],
-            ["host"], severity="warning",
+            ["host"], fix=thp_fix(), severity="warning",
         )  # fmt: skip
 
 

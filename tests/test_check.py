@@ -16,6 +16,7 @@ from hosttrees import nvidia_host, tpu_v4_host, tpu_v5e_host
 from plugin_packages import write_plugin
 
 from devctl.checks import CHECK_NAMES
+from devctl.privilege import as_root
 
 GIB = 1 << 30
 
@@ -193,7 +194,7 @@ def test_tpu_stale_lockfile_warns_and_a_missing_device_node_fails(tmp_path):
     host.lockfile("31337\n")  # names a pid that does not exist, and nobody has it open
     (tpu,) = _doc(run_devctl("check", "--host-root", str(host.path), "--only", "tpu", "--json"), 0)["checks"]
     assert tpu["status"] == "warn" and "stale /tmp/libtpu_lockfile" in tpu["message"] and "31337" in tpu["message"]
-    assert tpu["remediation"] == "sudo rm /tmp/libtpu_lockfile"
+    assert tpu["remediation"] == as_root("rm /tmp/libtpu_lockfile")  # sudo only for a user who is not root
     host.remove("/dev/accel1")
     (tpu,) = _doc(run_devctl("check", "--host-root", str(host.path), "--only", "tpu", "--json"), 1)["checks"]
     assert tpu["status"] == "fail" and "/dev/accel1 does not exist" in tpu["message"]

@@ -12,6 +12,8 @@ from conftest import devctl_env, run_devctl, validate_schema
 from hosttrees import nvidia_host, tpu_v4_host, tpu_v5e_host
 from plugin_packages import write_plugin
 
+from devctl.privilege import as_root
+
 KERNEL_MODULE = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
 
 
@@ -136,7 +138,7 @@ def test_tpu_stale_lockfile_libtpu_not_installed_and_jax_platforms_tpu(tmp_path)
     doc = _doctor("--host-root", str(host.path), env=devctl_env(devices=2, JAX_PLATFORMS="tpu"), cwd=tmp_path)
     found = _findings(doc)
     stale = found["tpu-stale-lockfile"]
-    assert stale["severity"] == "warning" and stale["fix"] == "sudo rm /tmp/libtpu_lockfile" and "31337" in _evidence(stale)
+    assert stale["severity"] == "warning" and stale["fix"] == as_root("rm /tmp/libtpu_lockfile") and "31337" in _evidence(stale)
     missing = found["libtpu-missing"]
     assert "4 TPU v4 chip(s)" in _evidence(missing) and "no libtpu package is installed" in _evidence(missing)
     assert "either a TPU-enabled jaxlib or libtpu is not installed" in _evidence(missing)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 from devctl.checks.verdict import Verdict, failed, join, passed, skipped, warned
+from devctl.privilege import as_root, inspect_fix, thp_fix
 from devctl.units import format_bytes
 
 MIB = 1 << 20
@@ -14,7 +15,6 @@ SHM_FAIL_BYTES = 64 * MIB
 SHM_WARN_BYTES = 1024 * MIB
 # jax/_src/cloud_tpu_init.py warns about hugepages for `tpu_id >= v5e` (TpuVersion order: v5p is before v5e).
 THP_TPU_VERSIONS = ("v5e", "v6e", "tpu7x", "tpu8i", "tpu8t")
-THP_FIX = "echo always | sudo tee /sys/kernel/mm/transparent_hugepage/enabled"
 
 
 def gpu_count(hw, devices=()) -> int:
@@ -55,7 +55,7 @@ def check_host(ctx) -> Verdict:
             f"transparent hugepages are {host.thp_mode or 'off'} (JAX wants [always]) on TPU {', '.join(tpu_versions)}: "
             "TPU runtime startup and shutdown are much slower"
         )
-        fixes.append(THP_FIX)
+        fixes.append(thp_fix())
     elif tpu_versions:
         facts.append("transparent hugepages always (TPU v5e+)")
 
@@ -101,10 +101,10 @@ def check_tpu(ctx) -> Verdict:
         fixes.insert(0, f"stop it (kill {pid}) when it is safe; libtpu lets one process own the TPU at a time")
     if lock.state == "stale":
         warns.append(f"stale {lock.path}" + (f" (pid {lock.pid_in_file} is not running)" if lock.pid_in_file else "") + ": no live process holds it")
-        fixes.append(f"sudo rm {lock.path}")
+        fixes.append(as_root(f"rm {lock.path}"))
     elif lock.state == "unknown":
         warns.append(f"{lock.path}: {lock.reason}")
-        fixes.append(f"run as root to see who holds it: sudo lsof -w {lock.path}")
+        fixes.append(inspect_fix(lock.path))
     summary = f"{len(tpu.chips)} TPU {'/'.join(tpu.versions) or ''} chip(s)".replace("  ", " ")
     if fails:
         return failed(join(fails, 2), fixes[0], **details)

@@ -17,6 +17,7 @@ from devctl.discovery.procs import pid_alive, process_ref, scan_holders
 from devctl.discovery.pci import link_name, numa_node
 from devctl.hostroot import HostRoot
 from devctl.model.hardware import HolderScan, ProcessRef, TpuChip, TpuLockfile, TpuReport
+from devctl.privilege import as_root, why_uninspectable
 
 GOOGLE_PCI_VENDOR_ID = "0x1ae0"
 LOCKFILE = "/tmp/libtpu_lockfile"
@@ -258,7 +259,8 @@ def _lockfile(root: HostRoot, fd_holders: tuple[ProcessRef, ...], uninspectable:
         return TpuLockfile(LOCKFILE, False, "absent", (), None, None, "no lockfile (libtpu creates it when it starts)")
 
     holders = {p.pid: p for p in fd_holders}
-    for pid in _lock_pids(root, LOCKFILE):
+    locks = _lock_owners(root, LOCKFILE)
+    for pid in (p for p in locks or () if p > 0):
         if pid not in holders and pid_alive(root, pid):
             holders[pid] = process_ref(root, pid)
     pid_in_file = _pid_in_file(root)
@@ -269,13 +271,13 @@ def _lockfile(root: HostRoot, fd_holders: tuple[ProcessRef, ...], uninspectable:
 
     if refs:
         state, reason = "held", "held by " + ", ".join(f"pid {p.pid}" for p in refs)
-    elif uninspectable:
+    elif uninspectable and (locks is None or any(p <= 0 for p in locks)):
+        # libtpu holds a POSIX lock on the file while it runs, and /proc/locks lists the locks of every process
+        # devctl can see, inspectable or not: with none listed, the ones it could not inspect do not hold it.
         state = "unknown"
-        reason = (
-            f"no inspected process holds it, but {uninspectable} processes could not be inspected (run as root)"
-        )
+        reason = f"no inspected process holds it, but {why_uninspectable(uninspectable)}"
     else:
-        state, reason = "stale", f"no live process holds it; a leftover file can be removed: sudo rm {LOCKFILE}"
+        state, reason = "stale", f"no live process holds it; a leftover file can be removed: {as_root(f'rm {LOCKFILE}')}"
     return TpuLockfile(LOCKFILE, True, state, refs, pid_in_file, pid_in_file_alive, reason)
 
 
@@ -285,21 +287,25 @@ def _pid_in_file(root: HostRoot) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _lock_pids(root: HostRoot, path: str) -> list[int]:
-    """Pids holding a POSIX or flock lock on `path`, from /proc/locks (readable without root)."""
+def _lock_owners(root: HostRoot, path: str) -> list[int] | None:
+    """Pids holding a POSIX or flock lock on `path`, -1 for an OFD lock, from /proc/locks (readable without root).
+
+    None when /proc/locks cannot be read.
+    """
     try:
         st = os.stat(root.path(path))
     except OSError:
         return []
+    text = root.read_text("/proc/locks", limit=1 << 22)
+    if text is None:
+        return None
     key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     pids = []
-    for line in (root.read_text("/proc/locks", limit=1 << 22) or "").splitlines():
+    for line in text.splitlines():
         # "1: FLOCK  ADVISORY  WRITE 4569 fe:00:2148056 0 EOF"; "->" marks a waiter, not a holder.
         parts = line.split()
         if "->" not in parts and len(parts) >= 6 and parts[5] == key and parts[4].lstrip("-").isdigit():
-            pid = int(parts[4])
-            if pid > 0:  # OFD locks show -1
-                pids.append(pid)
+            pids.append(int(parts[4]))  # an OFD lock shows -1: held, by a process /proc/locks does not name
     return pids
 
 

@@ -388,18 +388,20 @@ def _give_up_joining_after(seconds: float) -> None:
 
     def watch() -> None:
         if not _joined.wait(seconds):
-            from devctl.probe.channel import emit
+            from devctl.probe.channel import emit, release_runtime
 
             emit("join_timeout", seconds=seconds)
+            release_runtime()
             os._exit(1)
 
     threading.Thread(target=watch, name="devctl-join-deadline", daemon=True).start()
 
 
 def _fail(kind: str, message: str) -> None:
-    from devctl.probe.channel import emit
+    from devctl.probe.channel import emit, release_runtime
 
     emit("error", kind=kind, message=message)
+    release_runtime()
     os._exit(1)  # never run JAX's atexit shutdown: it waits for peers that may not exist
 
 
@@ -627,7 +629,7 @@ def _peers_watched(liveness: _Liveness, while_what: str):
         while not done.wait(_POLL_S):
             dead = liveness.dead()
             if dead and not done.is_set():
-                from devctl.probe.channel import emit
+                from devctl.probe.channel import emit, release_runtime
 
                 emit(
                     "error", kind="peer",
@@ -638,6 +640,7 @@ def _peers_watched(liveness: _Liveness, while_what: str):
                 live = [i for i in range(liveness.n) if i not in dead]
                 with contextlib.suppress(Exception):
                     liveness.client.wait_at_barrier(_PEER_FAILURE_BARRIER, int((liveness.stale_s + 3) * 1000), live)
+                release_runtime()
                 os._exit(1)
 
     thread = threading.Thread(target=watch, name="devctl-peer-watch", daemon=True)
@@ -662,6 +665,9 @@ def _leave(jax, client, n: int, missing: list[int], timeout_s: float) -> None:
         except Exception:
             pass
     sys.stdout.flush()
+    from devctl.probe.channel import release_runtime
+
+    release_runtime()
     os._exit(0)
 
 

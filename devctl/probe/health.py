@@ -19,6 +19,7 @@ Events (child -> parent):
 from __future__ import annotations
 
 import os
+import sys
 
 from devctl.model.health import DeviceTrial, HealthProbeResult
 from devctl.probe.backends import PJRT_ENV
@@ -291,3 +292,10 @@ def _one_line(e: BaseException) -> str:
 
 if __name__ == "__main__":
     _child_main()
+    from devctl.probe.channel import release_runtime
+
+    # Leave as the backend probe does: past the runtimes' exit-time destructors (some hang or abort),
+    # undoing first what libtpu's exit handler would have undone.
+    sys.stdout.flush()
+    release_runtime()
+    os._exit(0)

@@ -285,6 +285,7 @@ def _child_main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip exit-time C++ destructors: a plugin that crashes while unloading must not undo a good answer.
+    channel.release_runtime()  # no runtime was initialized here, but every child leaves the same way
     os._exit(0)
 
 

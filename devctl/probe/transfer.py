@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from devctl.model import bench as m
 from devctl.model import to_jsonable
-from devctl.probe.channel import emit, read_request
+from devctl.probe.channel import emit, read_request, release_runtime
 from devctl.units import format_bytes, format_size_short, percentile
 
 # Above this many samples a cell has said all it can; tiny transfers would otherwise loop for the whole budget.
@@ -909,4 +909,9 @@ def sample_link(link: m.PcieLink) -> m.PcieLink:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Leave as the backend probe does: past the runtimes' exit-time destructors (some hang or abort),
+    # undoing first what libtpu's exit handler would have undone.
+    sys.stdout.flush()
+    release_runtime()
+    os._exit(code)
