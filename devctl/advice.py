@@ -11,6 +11,7 @@ tests/test_oracle.py applies to real JAX to prove it works.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -80,6 +81,13 @@ def _is_rocm(row: BackendInfo) -> bool:
 # ---- advice -------------------------------------------------------------------------------------
 
 
+def _rocm_packages(row: BackendInfo) -> str:
+    """The distributions that provide a ROCm plugin module: jax_plugins.xla_rocm7 -> jax-rocm7-plugin jax-rocm7-pjrt."""
+    match = re.search(r"rocm(\d+)", row.plugin or "")
+    series = match.group(1) if match else "7"
+    return f"jax-rocm{series}-plugin jax-rocm{series}-pjrt"
+
+
 def no_nvidia_gpu() -> Advice:
     return Advice(
         "cuda-plugin-without-gpu",
@@ -97,6 +105,12 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None) -> A
     if row.status is BackendStatus.SKIPPED and row.platform == "tpu" and not getattr(hw.tpu, "chips", None):
         return None  # no TPU here: JAX ignores the backend, and so does devctl
     broken = row.status in (BackendStatus.FAILED, BackendStatus.CRASHED, BackendStatus.TIMEOUT)
+    if broken and row.platform == "jax" and not row.plugin:
+        return jax_import(row)  # jax itself does not import: no backend, and no JAX_PLATFORMS, matters
+    if broken and row.plugin and row.platform in env_entries(environ):
+        # Before the machine's evidence: an entry's failure propagates out of every jax.devices(),
+        # JAX_PLATFORMS=cpu or not (a CUDA entry beside jax[cuda12] fails with ALREADY_EXISTS exactly then).
+        return pjrt_entry(row, environ)
     if broken and _is_cuda(row) and nodes_without_driver(hw):
         return Advice(
             "nvidia-driver-not-mounted",
@@ -106,15 +120,16 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None) -> A
     if broken and _is_cuda(row) and nvidia_evidence(hw) is None:
         return no_nvidia_gpu()
     if broken and _is_rocm(row) and not amd_present(hw):
+        # Unlike the CUDA plugin's, the ROCm plugin's initialize() counts AMD GPUs before it reads
+        # JAX_PLATFORMS (jax-rocm7-plugin 0.10.2): JAX logs its error under JAX_PLATFORMS=cpu too.
         return Advice(
             "rocm-plugin-without-gpu",
-            "this machine has no AMD GPU visible through /sys/class/kfd; JAX falls back to CPU",
-            "to silence the ROCm plugin set JAX_PLATFORMS=cpu, or uninstall it (pip uninstall jax-rocm7-plugin jax-rocm7-pjrt)",
-            {"JAX_PLATFORMS": "cpu"},
+            "this machine has no AMD GPU visible through /sys/class/kfd; JAX logs the ROCm plugin's error and falls back to CPU",
+            f"to silence the ROCm plugin uninstall it (pip uninstall {_rocm_packages(row)}); JAX_PLATFORMS=cpu does not silence it",
         )
-    if row.platform in env_entries(environ):
-        if row.plugin:  # its library did not load
-            return pjrt_entry(row, environ)
+    if broken and row.platform in env_entries(environ):
+        # Its library loaded (a failed load is the entry's advice above); its client did not start.
+        # Not a skipped row: JAX skips CUDA without a word on a machine with no NVIDIA device node.
         return Advice(
             "backend-failed",
             f"the {row.platform} backend of {PJRT_ENV} fails to start, so jax.devices() {'raises' if row.status is BackendStatus.FAILED else 'dies'} for every program",
@@ -156,6 +171,39 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None) -> A
     )
 
 
+_JAXLIB_NEWER = re.compile(r"jaxlib version (\S+) is newer than and incompatible with jax version (\S+?)\.?(?:\s|$)")
+_JAXLIB_OLDER = re.compile(r"jaxlib is version (\S+), but this version of jax requires version >= (\S+?)\.?(?:\s|$)")
+
+
+def jax_import(row: BackendInfo) -> Advice:
+    """`import jax` itself raises (or dies): every JAX program fails before any backend or plugin is touched."""
+    error = row.error or ""
+    newer, older = _JAXLIB_NEWER.search(error), _JAXLIB_OLDER.search(error)
+    if newer or older:
+        # jaxlib at jax's version, word for word the `versions` check's remediation (devctl.discovery.versions).
+        version = newer.group(2) if newer else _installed("jax")
+        what = f"jaxlib {newer.group(1)} is newer than jax {newer.group(2)}" if newer else f"jaxlib {older.group(1)} is older than jax needs ({older.group(2)})"
+        return Advice(
+            "jax-jaxlib-skew",
+            f"{what}: `import jax` raises, so every JAX program fails; JAX_PLATFORMS does not help",
+            f"pip install -U 'jax=={version}' 'jaxlib=={version}'" if version else "pip install -U jax jaxlib",
+        )
+    return Advice(
+        "backend-failed",
+        f"`import jax` {'raises' if row.status is BackendStatus.FAILED else 'dies'}, so every JAX program fails before any backend starts; JAX_PLATFORMS does not help",
+        "fix what its error says; a broken install is fixed by reinstalling both at one version: pip install -U --force-reinstall jax jaxlib",
+    )
+
+
+def _installed(distribution: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def env_entries(environ: Mapping[str, str]) -> list[str]:
     """The plugin names PJRT_NAMES_AND_LIBRARY_PATHS gives, as JAX splits them."""
     return [i.split(os.pathsep, 1)[0] for i in (environ.get(PJRT_ENV) or "").split(",") if os.pathsep in i]
@@ -176,6 +224,14 @@ def _remaining(name: str, environ: Mapping[str, str]) -> str | None:
 
 def pjrt_entry(row: BackendInfo, environ: Mapping[str, str]) -> Advice:
     """A PJRT_NAMES_AND_LIBRARY_PATHS entry that fails: JAX raises for it on every call, JAX_PLATFORMS or not."""
+    if "ALREADY_EXISTS" in (row.error or ""):
+        # Its library is fine: an installed plugin (jax[cuda12] under JAX_PLATFORMS=cpu) registered the name first.
+        return Advice(
+            "pjrt-entry-broken",
+            f"{PJRT_ENV} entry {row.platform} registers a platform an installed plugin already registered, so every jax.devices() raises, even with JAX_PLATFORMS=cpu",
+            f"drop it, the installed plugin provides {row.platform}: {_without(row.platform, environ)}",
+            {PJRT_ENV: _remaining(row.platform, environ)},
+        )
     return Advice(
         "pjrt-entry-broken",
         f"{PJRT_ENV} entry {row.platform} cannot be loaded, so every jax.devices() {'raises' if row.status is BackendStatus.FAILED else 'dies'}, even with JAX_PLATFORMS=cpu",
@@ -191,6 +247,8 @@ def for_outcome(outcome: JaxOutcome, backends: list[BackendInfo], hw, environ: M
         return None
     rows = {b.platform: b for b in backends}
     culprit = rows.get(outcome.culprit or "")
+    if culprit is not None and culprit.platform == "jax" and not culprit.plugin:
+        return jax_import(culprit)  # before JAX_PLATFORMS: `import jax` fails whatever it says
     if outcome.culprit == PJRT_ENV or (culprit is not None and culprit.plugin and culprit.platform in env_entries(environ)):
         return pjrt_entry(culprit or BackendInfo(platform="?", status=BackendStatus.FAILED), environ)
     named = environ.get("JAX_PLATFORMS")
@@ -198,10 +256,14 @@ def for_outcome(outcome: JaxOutcome, backends: list[BackendInfo], hw, environ: M
         # Every platform JAX_PLATFORMS lists must start; keeping only those that do is the fix.
         working = [p for p in named.split(",") if (rows.get(p) is not None and rows[p].status is BackendStatus.OK)]
         value = ",".join(working) or None
+        # No culprit platform (culprit None or "JAX_PLATFORMS"): JAX skipped every platform it names.
+        which = outcome.culprit if outcome.culprit not in (None, "JAX_PLATFORMS") else None
         return Advice(
             "jax-platforms-unavailable",
-            f"JAX_PLATFORMS={named!r} names a platform that does not start here ({outcome.culprit or 'none of them starts'}), so jax.devices() raises",
-            f"drop {outcome.culprit or 'what does not start'} from JAX_PLATFORMS: " + (f"export JAX_PLATFORMS={value}" if value else "unset JAX_PLATFORMS"),
+            f"JAX_PLATFORMS={named!r} names " + (f"a platform that does not start here ({which})" if which else "no platform that starts here")
+            + ", so jax.devices() raises",
+            (f"drop {which} from JAX_PLATFORMS: " if which else "name a platform that starts here, or let JAX choose: ")
+            + (f"export JAX_PLATFORMS={value}" if value else "unset JAX_PLATFORMS"),
             {"JAX_PLATFORMS": value},
         )
     if culprit is not None:

@@ -79,6 +79,9 @@ def _has_nvidia_gpu() -> bool:
 
 
 def pytest_runtest_setup(item):
+    # Heavy tests need multi-GB venvs (tests/scenarios.py): only when asked, so a plain run never downloads them.
+    if item.get_closest_marker("heavy") and "heavy" not in (item.config.getoption("markexpr") or "") and not os.environ.get("DEVCTL_HEAVY"):
+        pytest.skip("heavy: needs multi-GB packages from the registry; run with -m heavy (benchmarks/run_heavy.sh)")
     # Tests marked `gpu` need a real NVIDIA GPU and driver; everywhere else they are skipped, not faked.
     if item.get_closest_marker("gpu") and not _gpu_present():
         pytest.skip("needs a real NVIDIA GPU with NVML (run `pytest -m gpu` on a GPU machine)")

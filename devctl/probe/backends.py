@@ -161,9 +161,13 @@ def _child_main() -> None:
     from devctl.probe.channel import emit, read_request
 
     emit("phase", kind="import", name="jax")
-    import jax
-    import jaxlib
-    from jax._src import xla_bridge as xb
+    try:
+        import jax
+        import jaxlib
+        from jax._src import xla_bridge as xb
+    except Exception as e:  # jax/jaxlib skew, a broken install: what every JAX program here gets first
+        emit("jax_raises", stage="import", culprit="jax", error=describe_error(e), exception=type(e).__name__, message=str(e))
+        raise
 
     # Read after importing jax: a prestarted child imports jax while the CLI is still parsing its flags.
     request = read_request()
@@ -190,6 +194,9 @@ def _child_main() -> None:
             default, best = platform, priority
     emit("done", default_platform=default)
     # Leave now: some runtimes abort or hang in their exit-time destructors, and nothing is left to say.
+    from devctl.probe.channel import release_runtime
+
+    release_runtime()  # what libtpu's exit handler would have undone
     os._exit(0)
 
 
@@ -304,14 +311,15 @@ def platforms_to_try(xb, requested: list[str] | None) -> list[tuple[str, int, bo
         names = [p for r in os.environ["JAX_PLATFORMS"].split(",") for p in xb.expand_platform_alias(r)]
     else:
         # Every factory, as JAX tries them: jax 0.12's IFRT proxy too (priority -1, never the default;
-        # without JAX_BACKEND_TARGET it fails at once, quietly, and devctl says so quietly).
-        names = list(registered)
+        # without JAX_BACKEND_TARGET it fails at once, quietly, and devctl says so quietly), and
+        # jax<0.6's own CUDA/ROCm factories, which fail quietly on every jaxlib devctl supports.
+        names = list(xb._backend_factories)
     # A platform the user named (JAX_PLATFORMS, --platform) must start: JAX raises instead of failing quietly.
     named = bool(requested or os.environ.get("JAX_PLATFORMS"))
     out = []
     ordered = list(dict.fromkeys(names))
     for index, name in enumerate(ordered):
-        reg = registered.get(name)
+        reg = registered.get(name) or xb._backend_factories.get(name)
         # As in JAX: a named list's order is its priority (the first is the default); otherwise the registration's.
         priority = len(ordered) - index if named else (reg.priority if reg else -1)
         out.append((name, priority, bool(reg and reg.fail_quietly and not named)))
@@ -343,8 +351,13 @@ def init_backend(xb, platform: str, quiet: bool, memory_stats: bool) -> dict:
         return event
     installed = installed_factories(xb)
     if quiet and platform not in installed:
-        event.update(status="skipped", error=f"no backend named {platform!r} is installed (installed: {', '.join(installed)})")
-        return event
+        # jax<0.6's own factory: JAX tries it and records why it fails; so does devctl, quietly.
+        try:
+            xb._init_backend(platform)
+        except Exception as e:
+            error = f"jax<0.6's built-in {platform} factory, which only a GPU jaxlib could serve: {describe_error(e)}"
+            event.update(status="skipped", error=error, message=str(e))
+            return event
     t0 = time.perf_counter()
     try:
         # A platform no factory serves raises here as in jax.devices(): "not in the list of known backends".

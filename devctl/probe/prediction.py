@@ -32,6 +32,9 @@ def predict(
     """
     jax_row = backends.get("jax")
     if jax_row is not None and jax_row.status is not BackendStatus.OK:
+        if raised is not None and raised.get("stage") == "import":
+            error = _text(raised.get("exception") or "Exception", raised.get("message") or "")
+            return JaxOutcome("raises", error=error, culprit="jax")
         return _broken(jax_row, "jax")
     # Plugins load before any backend starts: one that kills or hangs the process does so in JAX too.
     for row in backends.values():

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Hardware acceptance: run every devctl command and the GPU tests on a real machine, and write one
+# Markdown report with each command's output, exit code and wall time.
+#
+#   bash benchmarks/hardware_acceptance.sh [REPORT.md]        # default: hardware-report.md
+#
+# Meant for a GPU machine with jax and its CUDA plugin preinstalled and no network: it installs
+# nothing and needs only bash and coreutils (timeout, date, head, tail, wc, mktemp). It runs from
+# the repository root with PYTHONPATH=$PWD, so the checkout's devctl is what runs. It never stops
+# at a failure and never waits forever: each command runs under `timeout` (CMD_TIMEOUT seconds,
+# default 300; PYTEST_TIMEOUT for `pytest -m gpu`, default 1800), with stdin from /dev/null.
+# PYTHON picks the interpreter (default python3); MAX_LINES caps each command's output in the
+# report (default 400: its first and last lines are kept). Exit status: 0 when every command
+# exited 0, else 1; the report is written either way.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+REPORT=${1:-hardware-report.md}
+case $REPORT in /*) ;; *) REPORT=$OLDPWD/$REPORT ;; esac
+PY=${PYTHON:-python3}
+CMD_TIMEOUT=${CMD_TIMEOUT:-300}
+PYTEST_TIMEOUT=${PYTEST_TIMEOUT:-1800}
+MAX_LINES=${MAX_LINES:-400}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export COLUMNS=${COLUMNS:-120}
+export PYTHONUNBUFFERED=1
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/devctl-acceptance.XXXXXX") || exit 2
+BODY=$WORK/body.md
+ROWS=$WORK/rows.md
+: >"$BODY"
+: >"$ROWS"
+FAILURES=0
+N=0
+
+now_ns() { date +%s%N; }
+
+# run TITLE TIMEOUT CMD...: run it, time it, append its section and its summary row.
+run() {
+    local title=$1 limit=$2
+    shift 2
+    N=$((N + 1))
+    local out=$WORK/out.$N
+    local t0 t1 rc ms secs status lines
+    echo "[$N] $title" >&2
+    t0=$(now_ns)
+    timeout -k 10 "$limit" "$@" </dev/null >"$out" 2>&1
+    rc=$?
+    t1=$(now_ns)
+    ms=$(((t1 - t0) / 1000000))
+    secs=$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))
+    case $rc in
+        0) status="ok" ;;
+        124 | 137) status="TIMED OUT after ${limit} s" ;;
+        *) status="exit $rc" ;;
+    esac
+    [ "$rc" -eq 0 ] || FAILURES=$((FAILURES + 1))
+    lines=$(wc -l <"$out")
+    printf '| %d | `%s` | %s | %s | %s s |\n' "$N" "$title" "$rc" "$status" "$secs" >>"$ROWS"
+    {
+        printf '## %d. `%s`\n\n' "$N" "$title"
+        printf -- '- command: `%s`\n' "$*"
+        printf -- '- exit code: %s (%s)\n- wall time: %s s\n- output: %s line(s), stdout and stderr together' "$rc" "$status" "$secs" "$lines"
+        if [ "$lines" -gt "$MAX_LINES" ]; then
+            printf ', the first and last %d shown\n\n' $((MAX_LINES / 2))
+        else
+            printf '\n\n'
+        fi
+        echo '````text'
+        if [ "$lines" -gt "$MAX_LINES" ]; then
+            head -n $((MAX_LINES / 2)) "$out"
+            printf '\n[... %d lines left out ...]\n\n' $((lines - MAX_LINES))
+            tail -n $((MAX_LINES / 2)) "$out"
+        else
+            cat "$out"
+        fi
+        # A last line without a newline must not swallow the closing fence.
+        [ -s "$out" ] && [ "$(tail -c 1 "$out" | wc -l)" -eq 0 ] && echo
+        echo '````'
+        echo
+    } >>"$BODY"
+}
+
+STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+T_ALL=$(now_ns)
+
+# The machine, as far as bash and coreutils (and the tools already there) tell.
+run "uname -a" 30 uname -a
+if command -v nvidia-smi >/dev/null 2>&1; then
+    run "nvidia-smi" 60 nvidia-smi
+else
+    run "ls -l /dev/nvidia*" 30 bash -c 'ls -l /dev/nvidia* 2>&1 || echo "no /dev/nvidia* device node"'
+fi
+run "$PY --version" 30 "$PY" --version
+run "installed jax, libtpu and nvidia-* packages" 120 "$PY" -c \
+    "import importlib.metadata as m; print('\n'.join(f'{d.metadata[\"Name\"]} {d.version}' for d in sorted(m.distributions(), key=lambda d: d.metadata['Name'] or '') if (d.metadata['Name'] or '').lower().startswith(('jax', 'libtpu', 'nvidia-'))))"
+
+# Every devctl command.
+run "python3 -m devctl list" "$CMD_TIMEOUT" "$PY" -m devctl list
+run "python3 -m devctl list --json" "$CMD_TIMEOUT" "$PY" -m devctl list --json
+run "python3 -m devctl plugins" "$CMD_TIMEOUT" "$PY" -m devctl plugins
+run "python3 -m devctl env" "$CMD_TIMEOUT" "$PY" -m devctl env
+run "python3 -m devctl memstats" "$CMD_TIMEOUT" "$PY" -m devctl memstats
+run "python3 -m devctl bench transfer --quick" "$CMD_TIMEOUT" "$PY" -m devctl bench transfer --quick
+run "python3 -m devctl check --platform gpu" "$CMD_TIMEOUT" "$PY" -m devctl check --platform gpu
+run "python3 -m devctl doctor" "$CMD_TIMEOUT" "$PY" -m devctl doctor
+
+# The tests that need a real NVIDIA GPU (they skip elsewhere).
+run "python3 -m pytest -m gpu" "$PYTEST_TIMEOUT" "$PY" -m pytest -m gpu -rA -p no:cacheprovider
+
+T_END=$(now_ns)
+TOTAL_MS=$(((T_END - T_ALL) / 1000000))
+{
+    echo "# devctl hardware acceptance report"
+    echo
+    echo "- started: $STARTED, finished: $(date -u +%Y-%m-%dT%H:%M:%SZ), total wall time: $((TOTAL_MS / 1000)) s"
+    echo "- host: $(uname -n), $(uname -srm)"
+    echo "- repository: $PWD (PYTHONPATH=$PYTHONPATH), interpreter: $PY"
+    echo "- commands: $N, not exiting 0: $FAILURES (a timeout is exit 124 or 137)"
+    echo
+    echo "| # | command | exit | status | wall time |"
+    echo "|---|---|---|---|---|"
+    cat "$ROWS"
+    echo
+    cat "$BODY"
+} >"$REPORT"
+rm -rf "$WORK"
+echo "report written to $REPORT ($N commands, $FAILURES not exiting 0)" >&2
+[ "$FAILURES" -eq 0 ]
