@@ -229,6 +229,28 @@ def test_unreadable_jaxlib_source_falls_back_to_the_built_in_rules(tmp_path, kin
     assert proc.returncode == 0 and "as built into devctl" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_the_installed_jaxlibs_own_source_is_understood():
+    # On every jaxlib CI installs (the oldest and the newest), the rules are read, not the fallback's.
+    from devctl.discovery.envvars import jaxlib_rules
+
+    rules = jaxlib_rules()
+    assert rules.origin.endswith("xla_client.py") and "built into devctl" not in rules.source, rules
+
+
+def test_an_allocator_list_named_before_its_check_is_read(tmp_path):
+    # jaxlib 0.12 writes `allowed_allocators = (...)` and then `if allocator not in allowed_allocators`.
+    named = _OTHER_JAXLIB.replace(
+        "  if allocator not in ('default', 'platform', 'bfc', 'cuda_async', 'address'):",
+        "  allowed = ('default', 'platform', 'bfc', 'cuda_async', 'address')\n  if allocator not in allowed:",
+    )
+    assert named != _OTHER_JAXLIB
+    for value, fails in (("address", False), ("vmm", True)):
+        env = _base_env(**_fake_jaxlib(tmp_path / value, named), **{ALLOC: value})
+        assert jaxlib_truth(env)["raises"] is fails
+        check = env_check(env)
+        assert (check["status"] == "fail") is fails and "built into devctl" not in check["details"]["jaxlib_rules"], check
+
+
 def test_built_in_rules_match_the_installed_jaxlib():
     # When this fails, jaxlib changed: update FALLBACK_RULES and the version it names.
     from importlib.metadata import version

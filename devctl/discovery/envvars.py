@@ -136,6 +136,8 @@ def rules_from_source(text: str) -> JaxlibRules:
             guarded |= {(id(c), n.test.id) for b in n.body for c in ast.walk(b) if isinstance(c, ast.Call)}
     numbers: dict[str, tuple[str, bool]] = {}
     choices: dict[str, tuple[str, ...]] = {}
+    # jaxlib 0.12 names its list first (`allowed_allocators = (...)`, then `not in allowed_allocators`).
+    named_lists = {n.targets[0].id: _strings(n.value) for n in assigns if _strings(n.value) is not None}
     for n in ast.walk(fn):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("int", "float") and len(n.args) == 1:
             arg = n.args[0]
@@ -145,11 +147,10 @@ def rules_from_source(text: str) -> JaxlibRules:
                 numbers[var] = (kind, was_skipped and skip_empty)
         elif isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.In, ast.NotIn)):
             names = n.comparators[0]
-            if isinstance(names, (ast.Tuple, ast.List, ast.Set)) and all(
-                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in names.elts
-            ):
+            listed = named_lists.get(names.id) if isinstance(names, ast.Name) else _strings(names)
+            if listed is not None:
                 for var in variables(n.left):
-                    choices[var] = tuple(e.value for e in names.elts)
+                    choices[var] = listed
     allocators = choices.get(ALLOCATOR)
     if not allocators:
         raise ValueError(f"{_OPTIONS_FUNCTION}() has no allocator check devctl recognises")
@@ -161,6 +162,15 @@ def rules_from_source(text: str) -> JaxlibRules:
         source="",
         normalise=methods.get(ALLOCATOR, ()),
     )
+
+
+def _strings(expr: ast.expr) -> tuple[str, ...] | None:
+    """The strings of a literal tuple, list or set of strings; None for anything else."""
+    if isinstance(expr, (ast.Tuple, ast.List, ast.Set)) and all(
+        isinstance(e, ast.Constant) and isinstance(e.value, str) for e in expr.elts
+    ):
+        return tuple(e.value for e in expr.elts)  # type: ignore[union-attr]
+    return None
 
 
 def _getenv(expr: ast.expr) -> tuple[str | None, tuple[str, ...]]:
