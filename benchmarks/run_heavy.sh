@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The heavy oracle scenarios in one command: build (or reuse) the cached venvs of tests/scenarios.py,
-# run `pytest -m heavy tests/test_oracle_heavy.py`, and write the run's summary as Markdown.
+# run every heavy test (`pytest -m heavy tests/`: the oracle, the version truths, real libtpu), and write the run's summary as Markdown.
 #
 #   benchmarks/run_heavy.sh [SUMMARY.md]          # default: benchmarks/results/heavy-run.md
 #
@@ -28,7 +28,7 @@ build_s=$(( $(date +%s) - t0 ))
 echo "== pytest -m heavy"
 t0=$(date +%s)
 # shellcheck disable=SC2086
-"$PY" -m pytest -m heavy tests/test_oracle_heavy.py -p no:cacheprovider -rA --durations=0 \
+"$PY" -m pytest -m heavy tests/ -p no:cacheprovider -rA --durations=0 \
     --junitxml="$WORK/junit.xml" ${PYTEST_ARGS:-} 2>&1 | tee "$WORK/pytest.log"
 test_rc=${PIPESTATUS[0]}
 test_s=$(( $(date +%s) - t0 ))

@@ -180,28 +180,24 @@ def jax_import(row: BackendInfo) -> Advice:
     error = row.error or ""
     newer, older = _JAXLIB_NEWER.search(error), _JAXLIB_OLDER.search(error)
     if newer or older:
-        # jaxlib at jax's version, word for word the `versions` check's remediation (devctl.discovery.versions).
-        version = newer.group(2) if newer else _installed("jax")
+        # The whole stack at jax's own pins, word for word the `versions` check's one fix: a plugin installed
+        # beside jaxlib moves with it, and a jax released without its own jaxlib (0.5.2) gets the one it pins.
+        from devctl.discovery.versions import installed_packages, stack_fix
+
+        fix = stack_fix(installed_packages())
+        named = newer.group(2) if newer else None  # the jax of the error: another host's, under --distributed
+        if fix is not None and named in (None, fix.jax_version):
+            command = fix.command
+        else:
+            version = named or (fix.jax_version if fix else None)
+            command = f"pip install -U 'jax=={version}' 'jaxlib=={version}'" if version else "pip install -U jax jaxlib"
         what = f"jaxlib {newer.group(1)} is newer than jax {newer.group(2)}" if newer else f"jaxlib {older.group(1)} is older than jax needs ({older.group(2)})"
-        return Advice(
-            "jax-jaxlib-skew",
-            f"{what}: `import jax` raises, so every JAX program fails; JAX_PLATFORMS does not help",
-            f"pip install -U 'jax=={version}' 'jaxlib=={version}'" if version else "pip install -U jax jaxlib",
-        )
+        return Advice("jax-jaxlib-skew", f"{what}: `import jax` raises, so every JAX program fails; JAX_PLATFORMS does not help", command)
     return Advice(
         "backend-failed",
         f"`import jax` {'raises' if row.status is BackendStatus.FAILED else 'dies'}, so every JAX program fails before any backend starts; JAX_PLATFORMS does not help",
         "fix what its error says; a broken install is fixed by reinstalling both at one version: pip install -U --force-reinstall jax jaxlib",
     )
-
-
-def _installed(distribution: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def env_entries(environ: Mapping[str, str]) -> list[str]:

@@ -409,33 +409,62 @@ def _cuda_fix(s: Scene) -> str:
 
 
 def _version_findings(s: Scene) -> Iterable[_Draft]:
+    """Every version skew of the stack is one finding with one fix, the `versions` check's (jax's own pins for
+    its release); the NVIDIA driver and CUDA wheel findings stay findings of their own."""
+    fix = s.env.stack_fix
+    roles = {p.name: p.role for p in s.env.packages}
+    stack = []
     for f in s.env.findings:
         pkgs = set(f.packages)
-        roles = {p.name: p.role for p in s.env.packages}
+        if fix is not None and f.remediation == fix.command:
+            stack.append(f)
+            continue
         if pkgs & {"nvidia-driver", "cuda-runtime"}:
-            fid, checks = "driver-too-old", ["versions"]
+            fid = "driver-too-old"
         elif any(roles.get(p) in ("plugin", "pjrt") for p in pkgs):
-            fid, checks = "plugin-version-skew", ["versions"]
+            fid = "plugin-version-skew"
         elif any(roles.get(p) == "libtpu" for p in pkgs):
-            fid, checks = "libtpu-version-skew", ["versions"]
+            fid = "libtpu-version-skew"
         elif any(p.startswith("nvidia-") for p in pkgs):
-            fid, checks = "cuda-library-shadowed", ["versions"]
+            fid = "cuda-library-shadowed"
         else:
-            fid, checks = "jax-jaxlib-skew", ["versions"]
-        yield _Draft(fid, [f.message], checks, fix=f.remediation or None, severity="error" if f.severity == "error" else "warning")
+            fid = "jax-jaxlib-skew"
+        yield _Draft(fid, [f.message], ["versions"], fix=f.remediation or None, severity="error" if f.severity == "error" else "warning")
+    if not stack:
+        return
+    involved = {roles.get(p) for f in stack for p in f.packages}
+    if any(set(f.packages) == {"jax", "jaxlib"} for f in stack):
+        fid = "jax-jaxlib-skew"  # `import jax` raises: the first thing a user meets
+    elif involved & {"plugin", "pjrt"}:
+        fid = "plugin-version-skew"
+    else:
+        fid = "libtpu-version-skew"
+    severity = "error" if any(f.severity == "error" for f in stack) else "warning"
+    evidence = [f.message for f in stack] + ([f"the fix {fix.summary}"] if fix.summary else [])
+    yield _Draft(fid, evidence, ["versions"], fix=fix.command, severity=severity)
 
 
 def _pjrt_major(s: Scene) -> Iterable[_Draft]:
-    from devctl.checks.software import FRAMEWORK_PJRT_MAJOR
+    """A plugin library whose PJRT C API version jaxlib's plugin check refuses (xla/pjrt/pjrt_api.cc), by jaxlib's
+    own version and rule as measured; compatibility mode, the default, takes any 0.x with x >= 29."""
+    from devctl.checks.software import pjrt_refusal, pjrt_refused, pjrt_remedy
 
+    fix = s.env.stack_fix
+    stack = {p.name for p in s.env.packages if p.role in ("pjrt", "libtpu")}
     for p in s.inv.plugins:
-        v = p.pjrt_api_version
-        if v is not None and v.major != FRAMEWORK_PJRT_MAJOR:
-            yield _Draft(
-                "pjrt-api-mismatch",
-                [f"plugin {p.name} ({p.library_path}) reports PJRT C API {v}; jaxlib speaks major {FRAMEWORK_PJRT_MAJOR}"],
-                ["plugins", "backends"],
-            )
+        if not pjrt_refused(p):
+            continue
+        by_setting = p.pjrt_refused_by_setting
+        packaged = fix is not None and (p.distribution or "").replace("_", "-").lower() in stack
+        # Strict mode (ENABLE_PJRT_COMPATIBILITY): the setting; a package of the stack: the one fix; else that entry or
+        # package. Never "set ENABLE_PJRT_COMPATIBILITY=true" for a library compatibility mode itself refuses.
+        remedy = fix.command if packaged and not by_setting else pjrt_remedy(p)
+        yield _Draft(
+            "pjrt-api-mismatch",
+            [f"plugin {p.name} ({p.library_path}): {pjrt_refusal(p)}"],
+            ["plugins", "backends"],
+            fix=remedy,
+        )
 
 
 def _hidden_gpus(s: Scene) -> Iterable[_Draft]:

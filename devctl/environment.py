@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devctl import __version__
-from devctl.model.environment import EnvVar, PackageVersion, VersionFinding
+from devctl.model.environment import EnvVar, PackageVersion, StackFix, VersionFinding
 
 SCHEMA = "devctl.env/1"
 
@@ -31,17 +31,35 @@ class EnvironmentReport:
     findings: list[VersionFinding]
     env: list[EnvVar]
     notes: list[str]
+    # jaxlib's own PJRT C API version and the rule it applies to plugins (model.plugins.FrameworkPjrt).
+    framework_pjrt: Any = None
+    # The one command that fixes every version skew above; None when nothing is skewed.
+    stack_fix: StackFix | None = None
 
 
-def collect_environment() -> EnvironmentReport:
-    """Package metadata, NVML's driver version and os.environ only: safe while a job holds the TPU or the GPU."""
+def collect_environment(timeout_s: float = 20.0) -> EnvironmentReport:
+    """Package metadata, NVML's driver version and os.environ, plus PJRT C API versions read in child processes
+    (each plugin library dlopened without being initialized, jaxlib's own asked of its plugin check): safe while
+    a job holds the TPU or the GPU."""
     from devctl.discovery import nvidia
     from devctl.discovery.envvars import FALLBACK_RULES, env_vars, jaxlib_rules
-    from devctl.discovery.versions import check_versions, installed_packages, libtpu_pin, minimum_jaxlib_version
+    from devctl.discovery.versions import (
+        check_versions,
+        installed_packages,
+        jaxlib_checks_plugin_versions,
+        libtpu_pin,
+        minimum_jaxlib_version,
+        stack_fix,
+    )
 
-    packages = installed_packages()
+    packages, framework = _with_pjrt_versions(installed_packages(), timeout_s)
     jax_version = next((p.version for p in packages if p.name == "jax"), None)
-    findings = check_versions(packages, minimum_jaxlib_version(), libtpu_pin(jax_version))
+    fix = stack_fix(packages)
+    findings = check_versions(
+        packages, minimum_jaxlib_version(), libtpu_pin(jax_version),
+        fix=fix, plugin_check=jaxlib_checks_plugin_versions(), framework=framework,
+    )  # fmt: skip
+    skewed = fix is not None and any(f.remediation == fix.command for f in findings)
     wheels = nvidia.cuda_wheels()
     nvml = nvidia.nvml_report()
     notes = []
@@ -87,4 +105,38 @@ def collect_environment() -> EnvironmentReport:
         findings=findings,
         env=env_vars(),
         notes=notes,
+        framework_pjrt=framework,
+        stack_fix=fix if skewed else None,
     )
+
+
+def _with_pjrt_versions(packages: list[PackageVersion], timeout_s: float) -> tuple[list[PackageVersion], Any]:
+    """Each plugin package beside the PJRT C API version its library speaks and jaxlib's verdict on it; jaxlib
+    beside its own version. The libraries and jaxlib are asked at once, each in a child process."""
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+
+    from devctl.discovery.plugins import find_plugin_packages
+    from devctl.discovery.versions import _norm
+    from devctl.model.plugins import PluginReport, PluginStatus
+    from devctl.probe.framework_pjrt import framework_pjrt
+    from devctl.probe.pjrt_library import introspect_libraries
+
+    if not any(p.name == "jaxlib" and p.version for p in packages):
+        return packages, None
+    entries = [e for e in find_plugin_packages() if e.status is PluginStatus.OK and e.library_path and e.distribution]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(framework_pjrt, timeout_s)
+        infos = introspect_libraries([e.library_path for e in entries], timeout_s) if entries else {}
+        framework = pending.result()
+    reports = [PluginReport.from_parts(e, infos.get(e.library_path or ""), framework) for e in entries]
+    by_dist = {_norm(r.distribution or ""): r for r in reports if r.pjrt_api_version is not None}
+    out = []
+    for p in packages:
+        if p.role == "jaxlib":
+            p = replace(p, pjrt_api_version=framework.pjrt_api_version)
+        elif p.role in ("pjrt", "libtpu") and p.name in by_dist:
+            r = by_dist[p.name]
+            p = replace(p, pjrt_api_version=r.pjrt_api_version, pjrt_check=r.pjrt_check, pjrt_accepted=r.pjrt_accepted)
+        out.append(p)
+    return out, framework

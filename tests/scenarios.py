@@ -39,8 +39,20 @@ from pathlib import Path
 
 CACHE_ENV = "DEVCTL_SCENARIO_CACHE"
 DEFAULT_CACHE = Path("/root/.cache/devctl-scenarios")
-# devctl's runtime dependencies (pyproject.toml), less jax/jaxlib, which each scenario chooses itself.
-RUNTIME_DEPS = ["typer>=0.26,<0.29", "rich>=13", "psutil>=5.9", "nvidia-ml-py>=12"]
+
+
+def _runtime_deps() -> list[str]:
+    """devctl's runtime dependencies as pyproject.toml declares them, less jax/jaxlib, which each scenario
+    chooses itself, and those whose marker excludes the scenarios' Pythons (tomli)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    return [d for d in project["dependencies"] if not re.match(r"(jax|jaxlib)\b", d) and ";" not in d]
+
+
+RUNTIME_DEPS = _runtime_deps()
 STAMP = ".devctl-scenario.json"  # written when a build finishes: its hash, steps, timing
 BUILDING = ".devctl-scenario-building"  # present while this module builds the venv (or when a build died)
 PIP_TIMEOUT = 3600  # seconds for one pip step: the CUDA wheels are several GB

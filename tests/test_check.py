@@ -129,8 +129,11 @@ def test_version_skew_in_package_metadata_fails_versions(tmp_path):
     (versions,) = _doc(run_devctl("check", "--only", "versions", "--json", env=_with_site(tmp_path)), 1)["checks"]
     assert versions["status"] == "fail"
     assert "jaxlib is version 0.0.1, but this version of jax requires" in versions["message"]
-    assert any("jax-cuda12-plugin version 0.0.2" in f and "not compatible" in f for f in versions["details"]["findings"])
-    assert versions["remediation"].startswith("pip install")
+    # jaxlib's own words (plugin_support.check_plugin_version names the module).
+    assert any("JAX plugin jax_cuda12_plugin version 0.0.2" in f and "not compatible" in f for f in versions["details"]["findings"])
+    # One fix for both skews: jax's own pins for its release.
+    assert versions["remediation"].startswith("pip install -U 'jax[cuda12")
+    assert versions["details"]["fix"]["command"] == versions["remediation"]
 
 
 # ---- plugins and backends: real failing plugins ---------------------------------------------------------

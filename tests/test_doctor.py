@@ -156,13 +156,23 @@ def test_version_skew_pjrt_mismatch_and_a_broken_plugin(tmp_path, pjrt_libs):
     write_plugin(site, "boom", "raises")
     env = _env_with_site(site, PJRT_NAMES_AND_LIBRARY_PATHS=f"fakegpu{os.pathsep}{pjrt_libs['major_1']}")
     found = _findings(_doctor(env=env, cwd=tmp_path))
-    assert "jaxlib is version 0.0.1" in _evidence(found["jax-jaxlib-skew"])
-    assert "jax-cuda12-plugin version 0.0.2" in _evidence(found["plugin-version-skew"])
+    # The stack's skews are one finding with one fix (jax's own pins), not one per package.
+    skew = _evidence(found["jax-jaxlib-skew"])
+    assert "jaxlib is version 0.0.1" in skew and "JAX plugin jax_cuda12_plugin version 0.0.2" in skew
+    assert "plugin-version-skew" not in found
+    assert found["jax-jaxlib-skew"]["fix"] == f"pip install -U 'jax[cuda12-local]=={_jax_version()}'"
     pjrt = _evidence(found["pjrt-api-mismatch"])
-    assert "Mismatched PJRT plugin PJRT API major version (1)" in pjrt and "reports PJRT C API 1.54" in pjrt
-    assert "ENABLE_PJRT_COMPATIBILITY" in found["pjrt-api-mismatch"]["fix"]
+    assert "Mismatched PJRT plugin PJRT API major version (1)" in pjrt and "PJRT C API 1.54" in pjrt
+    # Compatibility mode is jaxlib's default and refuses another major too: the entry is what to fix.
+    assert "PJRT_NAMES_AND_LIBRARY_PATHS" in found["pjrt-api-mismatch"]["fix"] and "ENABLE_PJRT_COMPATIBILITY" not in found["pjrt-api-mismatch"]["fix"]
     assert "plugin exploded on purpose" in _evidence(found["plugin-broken"])
     assert "backend-failed" not in found  # fakegpu's failure is the PJRT mismatch, already named
+
+
+def _jax_version() -> str:
+    from importlib.metadata import version
+
+    return version("jax")
 
 
 @pytest.mark.gpu

@@ -96,11 +96,12 @@ RUNNERS = [pytest.param(run_piped, id="pipe"), pytest.param(run_on_terminal, id=
 
 
 def _site_with_skewed_cuda_pjrt(site: Path) -> str:
-    """Package metadata of a jax-cuda12-pjrt built for another jaxlib: `devctl env` advises `pip install -U 'jax[cuda12]==...'`."""
+    """Package metadata of a jax-cuda12-pjrt built for another jaxlib: `devctl env` advises `pip install -U 'jax[cuda12-local]==...'`
+    (the extra without the NVIDIA wheels, which are not installed here)."""
     d = site / "jax_cuda12_pjrt-0.6.2.dist-info"
     d.mkdir(parents=True)
     (d / "METADATA").write_text("Metadata-Version: 2.1\nName: jax-cuda12-pjrt\nVersion: 0.6.2\n")
-    return f"pip install -U 'jax[cuda12]=={version('jax')}'"
+    return f"pip install -U 'jax[cuda12-local]=={version('jax')}'"
 
 
 @pytest.mark.parametrize("run", RUNNERS)

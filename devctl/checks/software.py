@@ -7,7 +7,7 @@ from devctl.model.plugins import PluginStatus
 
 # A plugin module without a library beside it may still find one in initialize(): only its failure counts.
 _NOT_A_FAILURE = (PluginStatus.OK, PluginStatus.NO_LIBRARY)
-# Every released XLA speaks PJRT C API major 0; a plugin built for another major cannot be loaded.
+# Every released XLA speaks PJRT C API major 0: the rule applied when jaxlib's own version could not be asked.
 FRAMEWORK_PJRT_MAJOR = 0
 
 
@@ -18,6 +18,12 @@ def check_versions(ctx) -> Verdict:
     errors = [f for f in env.findings if f.severity == "error"]
     warnings = [f for f in env.findings if f.severity != "error"]
     details = {"packages": versions, "findings": [f.message for f in env.findings]}
+    pjrt = {p.name: str(p.pjrt_api_version) for p in env.packages if p.pjrt_api_version is not None}
+    if pjrt:
+        details["pjrt_api_versions"] = pjrt  # jaxlib's own beside each plugin library's
+    fix = env.stack_fix
+    if fix is not None:  # one command for every skew: each finding's remediation is this command
+        details["fix"] = {"command": fix.command, "changes": [f"{c.name} {c.installed or '(not installed)'} -> {c.target}" for c in fix.changes]}
     if errors:
         return failed(join([f.message for f in errors], 2), errors[0].remediation, **details)
     if warnings:
@@ -44,11 +50,9 @@ def check_plugins(ctx) -> Verdict:
             problems.append(f"{p.name}: {p.status.value}: {p.error}")
             remedies.append(_plugin_remedy(p))
             codes.append(None)
-        elif p.pjrt_api_version is not None and p.pjrt_api_version.major != FRAMEWORK_PJRT_MAJOR:
-            problems.append(
-                f"{p.name}: its library speaks PJRT C API {p.pjrt_api_version}, jaxlib speaks major {FRAMEWORK_PJRT_MAJOR}"
-            )
-            remedies.append(_plugin_remedy(p))
+        elif pjrt_refused(p):
+            problems.append(f"{p.name}: {pjrt_refusal(p)}")
+            remedies.append(pjrt_remedy(p))
             codes.append(None)
     for row in broken_init.values():  # a failing plugin discovery did not list (entry point only seen by JAX)
         names.append(row.platform)
@@ -66,6 +70,32 @@ def check_plugins(ctx) -> Verdict:
 def is_plugin_failure(p) -> bool:
     """Discovery or the library probe says this plugin cannot load (its absence of a library alone is no failure)."""
     return p.status not in _NOT_A_FAILURE
+
+
+def pjrt_refused(p) -> bool:
+    """jaxlib's plugin check refuses this library's PJRT C API version (xla/pjrt/pjrt_api.cc). Without jaxlib's
+    own version (it could not be asked), only a major other than every released XLA's counts."""
+    accepted = p.pjrt_accepted
+    if accepted is not None:
+        return not accepted
+    return p.pjrt_api_version is not None and p.pjrt_api_version.major != FRAMEWORK_PJRT_MAJOR
+
+
+def pjrt_refusal(p) -> str:
+    framework = p.framework_pjrt_api_version
+    if p.pjrt_accepted is False:
+        return f"jaxlib (PJRT C API {framework}) refuses its library (PJRT C API {p.pjrt_api_version}): {p.pjrt_check}"
+    return f"its library speaks PJRT C API {p.pjrt_api_version}, every released jaxlib speaks major {FRAMEWORK_PJRT_MAJOR}"
+
+
+def pjrt_remedy(p) -> str:
+    """Strict mode refusing a version compatibility mode takes: the setting is the cause, not the package."""
+    if p.pjrt_refused_by_setting:
+        return (
+            "unset ENABLE_PJRT_COMPATIBILITY (or set it to true): compatibility mode, jaxlib's default, takes this "
+            f"library; or {_plugin_remedy(p)}"
+        )
+    return _plugin_remedy(p)
 
 
 def _plugin_remedy(p) -> str:

@@ -57,12 +57,18 @@ def plugins_report(
     environ = os.environ if environ is None else environ
     entries = find_plugin_packages(environ=environ) + parse_pjrt_env(environ.get(ENV_VAR))
     paths = [e.library_path for e in entries if e.status is PluginStatus.OK and e.library_path]
-    infos = {}
+    infos, framework = {}, None
     if introspect and paths:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from devctl.probe.framework_pjrt import framework_pjrt
         from devctl.probe.pjrt_library import introspect_libraries
 
-        infos = introspect_libraries(paths, timeout_s)
-    return [PluginReport.from_parts(e, infos.get(e.library_path or "")) for e in entries]
+        with ThreadPoolExecutor(max_workers=1) as pool:  # jaxlib's own PJRT version, beside each library's
+            pending = pool.submit(framework_pjrt, timeout_s)
+            infos = introspect_libraries(paths, timeout_s)
+            framework = pending.result()
+    return [PluginReport.from_parts(e, infos.get(e.library_path or ""), framework) for e in entries]
 
 
 # ------------------------------------------------------------------ packages

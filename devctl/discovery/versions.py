@@ -1,15 +1,36 @@
-"""Installed versions of jax, jaxlib, plugins and libtpu, read from package metadata, checked the way JAX checks them."""
+"""Installed versions of jax, jaxlib, plugins and libtpu, read from package metadata, checked the way JAX checks them.
+
+What JAX itself checks, and so what devctl calls an error:
+- `import jax` refuses a jaxlib older than jax's minimum or newer than jax (jax/_src/lib check_jaxlib_version);
+- jaxlib's plugin_support refuses a jax-cuda*/oneapi *plugin* (kernels) package not at jaxlib's exact version
+  ("... so it will not be used"), where that jaxlib has the check (ROCm exempt);
+- XLA's plugin check refuses a PJRT library by its PJRT C API version only (xla/pjrt/pjrt_api.cc): in
+  compatibility mode, on by default, any library of the same major and a minor >= 29 passes, newer or older than
+  jaxlib's own. A jax-cuda*-pjrt package of another release is therefore a warning, not a predicted crash, unless
+  jaxlib's rule (devctl.probe.framework_pjrt) refuses its library's version.
+
+Whatever is skewed, the fix is one command for the whole stack: jax's own pins for its release
+(`pip install -U 'jax[cuda12]==X'`, X the installed jax), never one package up and another down.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from importlib.util import find_spec
 
-from devctl.model.environment import PackageVersion, VersionFinding
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from devctl.model.environment import PackageChange, PackageVersion, StackFix, VersionFinding
+from devctl.model.plugins import FrameworkPjrt
 
 _PLUGIN_RE = re.compile(r"^jax[-_](cuda\d+|rocm\d+|oneapi)[-_](plugin|pjrt)$")
 _VERSION_PREFIX = re.compile(r"[0-9]+(?:\.[0-9]+)*")
+_EXTRA_MARKER = re.compile(r"""extra\s*==\s*['"]([^'"]+)['"]""")
+_STACK_ROLES = ("jaxlib", "plugin", "pjrt", "libtpu")
 
 
 def _parse(v: str) -> tuple[int, ...]:
@@ -51,39 +72,247 @@ def _role(name: str) -> str | None:
     return None
 
 
-def minimum_jaxlib_version() -> str | None:
-    """`_minimum_jaxlib_version` from jax/version.py, read as text (importing jax would initialize nothing, but costs a second)."""
-    spec = find_spec("jax")
+def _package_file(package: str, relative: str) -> str | None:
+    """The text of a file inside an installed package, found without importing it."""
+    spec = find_spec(package)
     if not spec or not spec.submodule_search_locations:
         return None
     for location in spec.submodule_search_locations:
         try:
-            with open(f"{location}/version.py", encoding="utf-8") as f:
-                m = re.search(r"^_minimum_jaxlib_version\s*=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
+            with open(f"{location}/{relative}", encoding="utf-8") as f:
+                return f.read()
         except OSError:
             continue
-        if m:
-            return m.group(1)
     return None
+
+
+def minimum_jaxlib_version() -> str | None:
+    """`_minimum_jaxlib_version` from jax/version.py, read as text (importing jax would initialize nothing, but costs a second)."""
+    text = _package_file("jax", "version.py")
+    m = re.search(r"^_minimum_jaxlib_version\s*=\s*['\"]([^'\"]+)['\"]", text or "", re.M)
+    return m.group(1) if m else None
+
+
+def jaxlib_checks_plugin_versions() -> bool | None:
+    """Whether the installed jaxlib refuses a plugin of another version (jaxlib/plugin_support.py, jaxlib >= 0.6);
+    older jaxlibs load any plugin's kernels without a word. None: no jaxlib."""
+    if find_spec("jaxlib") is None:
+        return None
+    text = _package_file("jaxlib", "plugin_support.py")
+    return bool(text and "so it will not be used" in text)
 
 
 def libtpu_pin(jax_version: str | None) -> str | None:
     """The libtpu version jax[tpu] pins, e.g. '0.0.42.*', from jax's metadata."""
     if not jax_version:
         return None
-    try:
-        requires = metadata.requires("jax") or []
-    except metadata.PackageNotFoundError:
-        return None
-    for req in requires:
-        m = re.match(r"^libtpu(?:-nightly)?\s*==\s*([^;\s]+)\s*;.*extra\s*==\s*['\"]tpu['\"]", req)
-        if m:
-            return m.group(1)
+    for text in jax_requirements():
+        req = _requirement(text)
+        if req and req[0] in ("libtpu", "libtpu-nightly") and req[3] == "tpu" and req[2]:
+            return req[2]
     return None
 
 
-def check_versions(packages: list[PackageVersion], minimum_jaxlib: str | None, tpu_pin: str | None) -> list[VersionFinding]:
-    """Findings for every combination JAX rejects (jaxlib too old or newer than jax, plugin != jaxlib) or that skews."""
+def jax_requirements() -> list[str]:
+    """jax's Requires-Dist lines: its release's own pins for jaxlib, the plugins and libtpu, per extra."""
+    try:
+        return list(metadata.requires("jax") or [])
+    except metadata.PackageNotFoundError:
+        return []
+
+
+# ---- the one fix ----------------------------------------------------------------------------------
+
+
+def _requirement(text: str) -> tuple[str, set[str], str | None, str] | None:
+    """(name, its extras, the one version or pin it allows or None, the jax extra it belongs to or "")."""
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        return None
+    # packaging has no public accessor for a marker's operands; its text is normalised ('extra == "cuda12"').
+    extra = _EXTRA_MARKER.search(str(req.marker or ""))
+    return _norm(req.name), {_norm(e) for e in req.extras}, _exact(req.specifier), extra.group(1) if extra else ""
+
+
+def _exact(specifier: SpecifierSet) -> str | None:
+    """The one version a specifier allows: '==X', '==X.*' or '>=X,<=X'."""
+    specs = list(specifier)
+    equal = [s.version for s in specs if s.operator == "=="]
+    if equal:
+        return equal[0]
+    low = {s.version for s in specs if s.operator == ">="}
+    high = {s.version for s in specs if s.operator == "<="}
+    return next(iter(low)) if len(low) == 1 and low == high else None
+
+
+def _upper(text: str) -> str | None:
+    try:
+        specs = Requirement(text).specifier
+    except InvalidRequirement:
+        return None
+    return next((s.version for s in specs if s.operator == "<="), None)
+
+
+def _satisfies(version: str | None, target: str) -> bool:
+    """`version` is the one `target` names ('0.6.2', or a pin such as '0.0.17.*')."""
+    if version is None:
+        return False
+    try:
+        return Version(version) in SpecifierSet(f"=={target}")
+    except (InvalidVersion, InvalidSpecifier):
+        return _parse(version) == _parse(target.removesuffix(".*"))
+
+
+def _family_plugin(name: str) -> str | None:
+    """The plugin (kernels) distribution of a jax-<family>-plugin/pjrt package: what jax's extras pin."""
+    m = _PLUGIN_RE.match(name)
+    return f"jax-{m.group(1)}-plugin" if m else None
+
+
+def plan_stack_fix(
+    jax_version: str,
+    installed: Mapping[str, str | None],
+    requires: Sequence[str],
+    with_cuda: bool = False,
+) -> StackFix:
+    """The one command that puts every installed package of the stack at jax `jax_version`'s own pins.
+
+    `installed` maps distribution names (jaxlib, jax-cuda12-plugin, jax-cuda12-pjrt, libtpu, ...) to
+    versions; `requires` is jax's Requires-Dist; `with_cuda`: the NVIDIA CUDA wheels are installed, so
+    the extra that brings them (jax[cuda12]) is chosen over the one that expects a local CUDA
+    (jax[cuda12-local]).
+    """
+    installed = {_norm(k): v for k, v in installed.items()}
+    pins: dict[str, dict[str, tuple[str | None, set[str]]]] = {}  # extra -> name -> (pin, its extras)
+    base_jaxlib: str | None = None
+    for text in requires:
+        req = _requirement(text)
+        if req is None:
+            continue
+        name, req_extras, pin, extra = req
+        if not extra and name == "jaxlib":
+            base_jaxlib = pin or _upper(text)
+        pins.setdefault(extra, {})[name] = (pin, req_extras)
+    accelerator_extras = {e: p for e, p in pins.items() if e and any(n == "libtpu" or _PLUGIN_RE.match(n) for n in p)}
+
+    release_jaxlib = next((p["jaxlib"][0] for p in accelerator_extras.values() if p.get("jaxlib", (None,))[0]), None)
+    release_jaxlib = release_jaxlib or base_jaxlib or jax_version
+
+    chosen: list[str] = []
+    explicit: dict[str, str] = {}
+    targets: dict[str, str] = {"jaxlib": release_jaxlib}
+    families = sorted({_family_plugin(n) for n in installed if _family_plugin(n)} - {None})
+    for plugin in families:
+        candidates = [e for e, p in accelerator_extras.items() if plugin in p]
+        pjrt = plugin[: -len("plugin")] + "pjrt"
+        if not candidates:  # jax's release has no extra for it: name its packages
+            for n in (plugin, pjrt):
+                if n in installed:
+                    explicit[n] = targets[n] = release_jaxlib
+            continue
+        family = plugin[len("jax-") : -len("-plugin")]
+
+        def rank(extra: str, plugin=plugin, family=family) -> tuple:
+            brings_cuda = bool(accelerator_extras[extra][plugin][1] & {"with-cuda"})
+            return (brings_cuda != with_cuda, extra not in (family, f"{family}-local"), len(extra), extra)
+
+        extra = min(candidates, key=rank)
+        chosen.append(extra)
+        target = accelerator_extras[extra][plugin][0] or release_jaxlib
+        targets[plugin] = targets[pjrt] = target  # a plugin release requires its own pjrt release
+    for tpu in ("libtpu", "libtpu-nightly"):
+        if tpu in installed:
+            candidates = [e for e, p in accelerator_extras.items() if "libtpu" in p]
+            if candidates:
+                extra = "tpu" if "tpu" in candidates else min(candidates, key=len)
+                chosen.append(extra)
+                targets[tpu] = accelerator_extras[extra]["libtpu"][0] or "?"
+    chosen = sorted(set(chosen))
+    if chosen:
+        parts = [f"'jax[{','.join(chosen)}]=={jax_version}'"]
+    else:
+        parts = [f"'jax=={jax_version}'", f"'jaxlib=={release_jaxlib}'"]
+    parts += [f"'{n}=={v}'" for n, v in sorted(explicit.items())]
+
+    changes = []
+    for name, target in targets.items():
+        version = installed.get(name)
+        if target == "?" or _satisfies(version, target):
+            continue
+        if version is None and name != "jaxlib" and not name.endswith("-plugin"):
+            continue
+        changes.append(PackageChange(name=name, installed=version, target=target))
+    changes.sort(key=lambda c: (c.name != "jaxlib", c.name))
+    moved = ", ".join(f"{c.name} {c.installed or '(not installed)'} -> {c.target}" for c in changes)
+    return StackFix(
+        command="pip install -U " + " ".join(parts),
+        jax_version=jax_version,
+        extras=chosen,
+        changes=changes,
+        summary=f"puts the stack at jax {jax_version}'s own release" + (f": {moved}" if moved else ""),
+    )
+
+
+def cuda_wheels_installed(packages: Sequence[PackageVersion]) -> bool:
+    """The NVIDIA wheels that jax[cudaNN] brings are installed (their plugin's with-cuda requirements)."""
+    for p in packages:
+        if p.role != "plugin" or not p.version or "cuda" not in p.name:
+            continue
+        try:
+            requires = metadata.requires(p.name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for text in requires:
+            req = _requirement(text)
+            if req and req[3] in ("with-cuda", "with_cuda") and _installed(req[0]):
+                return True
+    return any(d.startswith(("nvidia-cuda-runtime", "nvidia-cublas")) for d in _installed_names())
+
+
+def _installed(name: str) -> bool:
+    try:
+        metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _installed_names() -> set[str]:
+    return {_norm(d.metadata.get("Name") or "") for d in metadata.distributions()}
+
+
+def stack_fix(packages: Sequence[PackageVersion], requires: Sequence[str] | None = None, with_cuda: bool | None = None) -> StackFix | None:
+    """The one fix for this installation (None without jax: there is no release to pin to)."""
+    jax = next((p.version for p in packages if p.name == "jax"), None)
+    if not jax:
+        return None
+    installed = {p.name: p.version for p in packages if p.role in _STACK_ROLES and p.version}
+    return plan_stack_fix(
+        jax,
+        installed,
+        jax_requirements() if requires is None else requires,
+        cuda_wheels_installed(packages) if with_cuda is None else with_cuda,
+    )
+
+
+# ---- the findings ---------------------------------------------------------------------------------
+
+
+def check_versions(
+    packages: list[PackageVersion],
+    minimum_jaxlib: str | None,
+    tpu_pin: str | None,
+    *,
+    fix: StackFix | None = None,
+    plugin_check: bool | None = True,
+    framework: FrameworkPjrt | None = None,  # jaxlib's PJRT C API version and rule, for the words only
+) -> list[VersionFinding]:
+    """Findings for every combination JAX rejects (jaxlib too old or newer than jax, a plugin not at jaxlib's
+    version, a PJRT library jaxlib's rule refuses) or that skews; each skew's remedy is the one `fix`.
+
+    `plugin_check`: the installed jaxlib refuses plugins of another version (jaxlib_checks_plugin_versions).
+    The pjrt and libtpu rows carry their library's PJRT C API verdict (pjrt_accepted, pjrt_check)."""
     by_name = {p.name: p for p in packages}
     jax, jaxlib = by_name.get("jax"), by_name.get("jaxlib")
     findings: list[VersionFinding] = []
@@ -93,60 +322,72 @@ def check_versions(packages: list[PackageVersion], minimum_jaxlib: str | None, t
         findings.append(VersionFinding("error", ["jaxlib"], "jaxlib is not installed", "pip install -U jax jaxlib"))
     if not (jax and jax.version and jaxlib and jaxlib.version):
         return findings
-    fix = f"pip install -U 'jax=={jax.version}' 'jaxlib=={jax.version}'"
-    if minimum_jaxlib and _parse(jaxlib.version) < _parse(minimum_jaxlib):
+    remedy = fix.command if fix else f"pip install -U 'jax=={jax.version}' 'jaxlib=={jax.version}'"
+    jl = jaxlib.version
+    if minimum_jaxlib and _parse(jl) < _parse(minimum_jaxlib):
         findings.append(
             VersionFinding(
                 "error", ["jax", "jaxlib"],
-                f"jaxlib is version {jaxlib.version}, but this version of jax requires version >= {minimum_jaxlib}.",
-                fix,
+                f"jaxlib is version {jl}, but this version of jax requires version >= {minimum_jaxlib}.",
+                remedy,
             )
         )  # fmt: skip
-    if _parse(jaxlib.version) > _parse(jax.version):
+    if _parse(jl) > _parse(jax.version):
         findings.append(
             VersionFinding(
                 "error", ["jax", "jaxlib"],
-                f"jaxlib version {jaxlib.version} is newer than and incompatible with jax version {jax.version}.",
-                fix,
+                f"jaxlib version {jl} is newer than and incompatible with jax version {jax.version}.",
+                remedy,
             )
         )  # fmt: skip
     for p in packages:
-        if p.role == "plugin" and p.version and "rocm" not in p.name and _parse(p.version) != _parse(jaxlib.version):
-            # jaxlib/plugin_support.py::check_plugin_version: exact numeric equality, ROCm exempt.
-            findings.append(
-                VersionFinding(
-                    "error", [p.name, "jaxlib"],
-                    f"JAX plugin {p.name} version {p.version} is installed, but it is not compatible with the "
-                    f"installed jaxlib version {jaxlib.version}, so it will not be used.",
-                    f"pip install -U '{p.name}=={jaxlib.version}' or install the jax extra: pip install -U 'jax[{_extra(p.name)}]'",
+        if not p.version:
+            continue
+        if p.role == "plugin" and "rocm" not in p.name and _parse(p.version) != _parse(jl):
+            if plugin_check is not False:
+                # jaxlib/plugin_support.py::check_plugin_version, word for word: exact numeric equality, ROCm exempt.
+                message = (
+                    f"JAX plugin {p.name.replace('-', '_')} version {p.version} is installed, but it is not compatible "
+                    f"with the installed jaxlib version {jl}, so it will not be used."
                 )
-            )  # fmt: skip
-        elif p.role == "pjrt" and p.version and _parse(p.version)[:3] != _parse(jaxlib.version)[:3]:
-            findings.append(
-                VersionFinding(
-                    "error", [p.name, "jaxlib"],
-                    f"{p.name} {p.version} was built for jaxlib {'.'.join(map(str, _parse(p.version)[:3]))}, "
-                    f"but jaxlib {jaxlib.version} is installed: expect a PJRT API version mismatch or a crash at startup.",
-                    f"pip install -U 'jax[{_extra(p.name)}]=={jax.version}'",
+                findings.append(VersionFinding("error", [p.name, "jaxlib"], message, remedy))
+            else:
+                message = (
+                    f"{p.name} {p.version} is not jaxlib {jl}'s release, and this jaxlib does not check: JAX loads its "
+                    f"kernels anyway, a pair never released together (such pairs have crashed: jax-ml/jax#24901)"
                 )
-            )  # fmt: skip
-        elif p.role == "libtpu" and p.version and tpu_pin and not _matches_pin(p.version, tpu_pin):
+                findings.append(VersionFinding("warning", [p.name, "jaxlib"], message, remedy))
+        elif p.role == "pjrt" and _parse(p.version) != _parse(jl):
+            findings.append(_pjrt_finding(p, jaxlib, remedy, framework))
+        elif p.role == "libtpu" and tpu_pin and not _satisfies(p.version, tpu_pin):
+            refused = f"; {_refusal(p, jaxlib)}" if p.pjrt_accepted is False else ""
             findings.append(
                 VersionFinding(
-                    "warning", [p.name, "jax"],
-                    f"{p.name} {p.version} is installed, but jax {jax.version} pins libtpu=={tpu_pin}.",
-                    f"pip install -U 'jax[tpu]=={jax.version}'",
+                    "error" if refused else "warning", [p.name, "jax"],
+                    f"{p.name} {p.version} is installed, but jax {jax.version} pins libtpu=={tpu_pin}{refused}.",
+                    remedy,
                 )
             )  # fmt: skip
     return findings
 
 
-def _extra(name: str) -> str:
-    m = _PLUGIN_RE.match(name)
-    return m.group(1) if m else "cuda12"
+def _refusal(p: PackageVersion, jaxlib: PackageVersion) -> str:
+    own = f" (PJRT C API {jaxlib.pjrt_api_version})" if jaxlib.pjrt_api_version else ""
+    return f"jaxlib {jaxlib.version}{own} refuses its library (PJRT C API {p.pjrt_api_version}): {p.pjrt_check}"
 
 
-def _matches_pin(version: str, pin: str) -> bool:
-    if pin.endswith(".*"):
-        return version == pin[:-2] or version.startswith(pin[:-1])
-    return version == pin
+def _pjrt_finding(p: PackageVersion, jaxlib: PackageVersion, remedy: str, framework: FrameworkPjrt | None) -> VersionFinding:
+    if p.pjrt_accepted is False:
+        return VersionFinding("error", [p.name, "jaxlib"], f"{p.name} {p.version}: {_refusal(p, jaxlib)}", remedy)
+    if p.pjrt_accepted:
+        mode = framework.mode if framework is not None else "its rule"
+        why = f"JAX accepts its library (PJRT C API {p.pjrt_api_version}; jaxlib's own is {jaxlib.pjrt_api_version}, {mode})"
+    else:
+        why = f"whether jaxlib accepts its library is unknown ({p.pjrt_check or 'its PJRT C API version was not read'})"
+    return VersionFinding(
+        "warning", [p.name, "jaxlib"],
+        f"{p.name} {p.version} is not jaxlib {jaxlib.version}'s release: {why}; JAX releases and tests them only together",
+        remedy,
+    )  # fmt: skip
+
+

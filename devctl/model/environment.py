@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from devctl.model.plugins import PjrtApiVersion
 
 
 @dataclass(frozen=True)
@@ -10,6 +12,28 @@ class PackageVersion:
     name: str  # distribution name as installed, e.g. "jax-cuda12-plugin"
     version: str | None  # None: not installed
     role: str  # "jax", "jaxlib", "plugin", "pjrt", "libtpu", "cuda-wheel", "other"
+    # jaxlib: the PJRT C API version it was built with; pjrt, libtpu: the version their library speaks.
+    pjrt_api_version: PjrtApiVersion | None = None
+    pjrt_check: str | None = None  # pjrt, libtpu: what jaxlib's plugin check says of the library
+    pjrt_accepted: bool | None = None
+
+
+@dataclass(frozen=True)
+class PackageChange:
+    name: str
+    installed: str | None  # None: the fix adds it
+    target: str  # a version, or a pin such as "0.0.42.*"
+
+
+@dataclass(frozen=True)
+class StackFix:
+    """One command that puts jax, jaxlib, the plugins and libtpu at one release: jax's own pins for it."""
+
+    command: str
+    jax_version: str
+    extras: list[str]  # the jax extras the command installs, e.g. ["cuda12-local"]
+    changes: list[PackageChange] = field(default_factory=list)  # what the command changes
+    summary: str = ""
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,62 @@ class PjrtApiVersion:
 
 
 @dataclass(frozen=True)
+class PjrtVerdict:
+    """Whether jaxlib's plugin check (xla/pjrt/pjrt_api.cc InitializePjrtPlugin) lets a library's version through."""
+
+    accepted: bool | None  # None: jaxlib's version or the library's could not be read
+    reason: str  # when refused, jaxlib's own words
+    refused_by_setting: bool = False  # refused in strict mode only: compatibility mode, jaxlib's default, takes it
+
+
+@dataclass(frozen=True)
+class FrameworkPjrt:
+    """The PJRT C API version jaxlib was built with, and the rule its plugin check applies here.
+
+    jaxlib exports neither; both are read from its plugin check's own answers in
+    a child process (devctl.probe.framework_pjrt). The rule, from
+    xla/pjrt/pjrt_api.cc: in compatibility mode a plugin needs the framework's
+    major and a minor >= minimum_minor (no upper bound); in strict mode the
+    exact version. ENABLE_PJRT_COMPATIBILITY unset means compatibility mode in
+    every jaxlib measured (0.4.36 to 0.12); "false", "0" or an unparsable value
+    means strict.
+    """
+
+    jaxlib_version: str | None
+    pjrt_api_version: PjrtApiVersion | None  # PJRT_API_MAJOR.PJRT_API_MINOR compiled into jaxlib
+    compatibility: bool | None  # the mode under this environment's ENABLE_PJRT_COMPATIBILITY
+    minimum_minor: int | None  # kMinPjRtMinor, the oldest minor compatibility mode takes
+    default_compatibility: bool | None  # the mode with ENABLE_PJRT_COMPATIBILITY unset
+    setting: str | None  # ENABLE_PJRT_COMPATIBILITY as set here; None: unset
+    error: str | None = None  # why part of this is unknown
+
+    @property
+    def mode(self) -> str:
+        if self.compatibility is None:
+            return "unknown mode"
+        return f"compatibility mode (same major, minor >= {self.minimum_minor})" if self.compatibility else "strict mode (exact version)"
+
+    def verdict(self, plugin: PjrtApiVersion | None) -> PjrtVerdict:
+        """What jaxlib's check says of a library speaking `plugin`, in jaxlib's own words when it refuses."""
+        fw = self.pjrt_api_version
+        if plugin is None:
+            return PjrtVerdict(None, "the library's PJRT C API version is unknown")
+        if fw is None or self.compatibility is None or (self.compatibility and self.minimum_minor is None):
+            return PjrtVerdict(None, f"jaxlib's own PJRT C API version or rule is unknown: {self.error or 'not measured'}")
+        if self.compatibility:
+            if plugin.major != fw.major:
+                return PjrtVerdict(False, f"Mismatched PJRT plugin PJRT API major version ({plugin.major}) and framework PJRT API major version {fw.major}).")
+            if plugin.minor < (self.minimum_minor or 0):
+                return PjrtVerdict(False, f"Plugin PJRT API version {plugin} is older than the minimum supported version {fw.major}.{self.minimum_minor}")
+            same = "jaxlib's own version" if plugin == fw else f"jaxlib speaks {fw}; {self.mode} takes it"
+            return PjrtVerdict(True, f"accepted: {same}")
+        if plugin != fw:
+            takes = self.minimum_minor is not None and plugin.major == fw.major and plugin.minor >= self.minimum_minor
+            return PjrtVerdict(False, f"Mismatched PJRT plugin PJRT API version ({plugin}) and framework PJRT API version {fw}).", takes)
+        return PjrtVerdict(True, "accepted: jaxlib's own version (strict mode)")
+
+
+@dataclass(frozen=True)
 class PjrtLibraryInfo:
     """What a PJRT library reports without being initialized (dlopen + GetPjrtApi only)."""
 
@@ -106,9 +162,14 @@ class PluginReport:
     extension_types: tuple[int, ...] = ()
     load_s: float | None = None
     notes: tuple[str, ...] = ()
+    # jaxlib's own PJRT C API version beside the library's, and what jaxlib's plugin check says of it.
+    framework_pjrt_api_version: PjrtApiVersion | None = None
+    pjrt_accepted: bool | None = None
+    pjrt_check: str | None = None
+    pjrt_refused_by_setting: bool = False  # only ENABLE_PJRT_COMPATIBILITY's strict mode refuses it
 
     @classmethod
-    def from_parts(cls, entry: PluginEntry, library: PjrtLibraryInfo | None) -> PluginReport:
+    def from_parts(cls, entry: PluginEntry, library: PjrtLibraryInfo | None, framework: FrameworkPjrt | None = None) -> PluginReport:
         notes = entry.notes
         if entry.status is not PluginStatus.OK or library is None:
             status, error = entry.status, entry.error
@@ -134,4 +195,17 @@ class PluginReport:
             extension_types=library.extension_types if library else (),
             load_s=library.load_s if library else None,
             notes=notes,
+            **_judged(library.pjrt_api_version if library else None, framework),
         )
+
+
+def _judged(version: PjrtApiVersion | None, framework: FrameworkPjrt | None) -> dict[str, Any]:
+    if framework is None or version is None:
+        return {"framework_pjrt_api_version": framework.pjrt_api_version if framework else None}
+    verdict = framework.verdict(version)
+    return {
+        "framework_pjrt_api_version": framework.pjrt_api_version,
+        "pjrt_accepted": verdict.accepted,
+        "pjrt_check": verdict.reason,
+        "pjrt_refused_by_setting": verdict.refused_by_setting,
+    }
