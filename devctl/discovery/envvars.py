@@ -10,13 +10,13 @@ from __future__ import annotations
 import ast
 import os
 import shlex
-import stat
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Mapping
 
 from devctl.errors import UsageError
 from devctl.model.environment import EnvVar
+from devctl.safefs import read_regular
 
 KNOWN_PLATFORM_NAMES = ("cpu", "cuda", "rocm", "tpu", "gpu", "metal", "oneapi", "sycl", "xpu", "proxy", "interpreter")
 _FALSE = ("false", "False", "0")
@@ -91,18 +91,9 @@ def _jaxlib_version() -> str | None:
 
 
 def _read_capped(path: str, cap: int) -> str:
-    """A regular file's text, at most `cap` bytes; a FIFO, a device or an oversized file is refused, never waited on."""
-    # O_NONBLOCK: opening a FIFO put in the file's place must not hang; what was opened is checked with fstat.
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{path} is not a regular file")
-        data = f.read(cap + 1)  # st_size can lie (procfs): the read itself is capped
-    if len(data) > cap:
-        raise OSError(f"{path} is larger than {cap} bytes")
-    return data.decode("utf-8")
-
+    """A regular file's text, at most `cap` bytes; a FIFO, a device or an oversized file is refused, never waited on.
+    Links are followed: site-packages are often links (Nix, Bazel, conda's pkgs)."""
+    return read_regular(path, cap, follow_symlinks=True).decode("utf-8")
 
 def rules_from_source(text: str) -> JaxlibRules:
     """The rules of generate_pjrt_gpu_plugin_options() in xla_client.py's text, from its syntax tree."""

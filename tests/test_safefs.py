@@ -1,0 +1,112 @@
+"""devctl.safefs against real links, FIFOs, devices and a full disk: the primitives every hostile-path fix uses."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from devctl import safefs
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "17.json"
+    os.mkfifo(fifo)  # opened without O_NONBLOCK, this read would wait for a writer forever
+    with pytest.raises(safefs.UnsafeFile, match="FIFO"):
+        safefs.read_regular(str(fifo), 100)
+
+
+def test_a_link_is_not_followed_unless_asked(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("root:hash")
+    link = tmp_path / "17.json"
+    link.symlink_to(secret)
+    with pytest.raises(safefs.UnsafeFile, match="symbolic link"):
+        safefs.read_regular(str(link), 100)
+    assert safefs.read_regular(str(link), 100, follow_symlinks=True) == b"root:hash"
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_an_endless_device_is_refused_not_read(device):
+    with pytest.raises(safefs.UnsafeFile, match="character device"):
+        safefs.read_regular(device, 1 << 20, follow_symlinks=True)
+
+
+def test_the_read_is_capped_whatever_the_size_says(tmp_path):
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 1001)
+    assert safefs.read_regular(str(big), 1001) == b"x" * 1001
+    with pytest.raises(safefs.UnsafeFile, match="larger than 1000 bytes"):
+        safefs.read_regular(str(big), 1000)
+
+
+def test_write_replaces_a_link_instead_of_writing_through_it(tmp_path):
+    mine = tmp_path / "results.txt"
+    mine.write_text("my results")
+    link = tmp_path / "report.xml"
+    link.symlink_to(mine)
+    safefs.write_atomic(str(link), b"<testsuites/>")
+    assert mine.read_text() == "my results"
+    assert not link.is_symlink() and link.read_bytes() == b"<testsuites/>"
+
+
+@pytest.mark.parametrize("target", ["/dev/full", "/dev/stdout", "/dev/null"])
+def test_write_never_replaces_a_system_node(target):
+    before = os.lstat(target)
+    with pytest.raises(safefs.UnsafeFile):
+        safefs.write_atomic(target, b"x")
+    after = os.lstat(target)
+    assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    old = tmp_path / "report.xml"
+    old.write_text("old report")
+
+    def full(fd, data):  # what a full disk answers
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="No space left"):
+        safefs.write_atomic(str(old), b"new report")
+    monkeypatch.undo()
+    assert old.read_text() == "old report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.xml"]
+
+
+def test_a_written_file_follows_the_umask(tmp_path):
+    mask = os.umask(0o077)
+    try:
+        safefs.write_atomic(str(tmp_path / "f"), b"x")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(os.stat(tmp_path / "f").st_mode) == 0o600
+
+
+def test_paths_resolve_inside_the_root(tmp_path):
+    root = tmp_path / "host"
+    (root / "sys" / "class").mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc" / "release").write_text("host's")
+    (root / "sys" / "class" / "abs").symlink_to("/etc/release")  # the host's /etc, not ours
+    (root / "sys" / "class" / "escape").symlink_to("../../../../../../etc")
+    (root / "sys" / "class" / "loop").symlink_to("loop")
+    assert safefs.within(str(root), "/sys/class/abs") == str(root / "etc" / "release")
+    assert safefs.within(str(root), "/sys/class/escape/release") == str(root / "etc" / "release")
+    assert safefs.within(str(root), "/sys/class/loop") is None
+    assert safefs.within(str(root), "/../../etc/passwd") is None  # clamped at the root, then missing
+
+
+def test_a_private_directory_is_not_a_link(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "devctl-0"
+    link.symlink_to(real)
+    assert safefs.private_directory_problem(str(real)) is None
+    assert "symbolic link" in safefs.private_directory_problem(str(link))
+    with pytest.raises(OSError):
+        safefs.open_private_directory(str(link))
+    os.close(safefs.open_private_directory(str(real)))
+    real.chmod(0o755)
+    assert "0755" in safefs.private_directory_problem(str(real))
