@@ -36,9 +36,12 @@ class UnsafeFile(OSError):
     """A path that is not a regular file, is a link where none was expected, or is larger than allowed."""
 
 
-def read_regular(path: str, cap: int, *, follow_symlinks: bool = False) -> bytes:
+def read_regular(path: str, cap: int, *, follow_symlinks: bool = False, truncate: bool = False) -> bytes:
     """At most `cap` bytes of the regular file at `path`; UnsafeFile for a link (unless followed), a FIFO,
-    a device, a directory or a file larger than `cap`; OSError when it cannot be opened."""
+    a device, a directory or a file larger than `cap`; OSError when it cannot be opened.
+
+    With `truncate`, a larger file gives its first `cap` bytes instead (`head -c`): for text whose start
+    is what matters, such as a process's long command line."""
     flags = os.O_RDONLY | _NONBLOCK | _CLOEXEC | (0 if follow_symlinks else _NOFOLLOW)
     try:
         fd = os.open(path, flags)
@@ -46,21 +49,42 @@ def read_regular(path: str, cap: int, *, follow_symlinks: bool = False) -> bytes
         if e.errno == errno.ELOOP and not follow_symlinks:
             raise UnsafeFile(errno.ELOOP, "is a symbolic link; not followed", path) from None
         raise
-    with os.fdopen(fd, "rb") as f:
+    try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise UnsafeFile(errno.EINVAL, f"is not a regular file ({_kind(mode)})", path)
-        data = f.read(cap + 1)
+        data = _read_fd(fd, cap + 1)
+    finally:
+        os.close(fd)
     if len(data) > cap:
+        if truncate:
+            return data[:cap]
         raise UnsafeFile(errno.EFBIG, f"is larger than {cap} bytes", path)
     return data
 
 
-def within(root: str, absolute: str) -> str | None:
+def _read_fd(fd: int, limit: int) -> bytes:
+    """Up to `limit` bytes from `fd`, read with plain read(2) calls: a buffered file object would add an
+    fstat, an isatty ioctl and an lseek to every read, and discovery reads hundreds of small sysfs files."""
+    chunks = []
+    while limit > 0:
+        chunk = os.read(fd, min(limit, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        limit -= len(chunk)
+    return b"".join(chunks)
+
+
+def within(root: str, absolute: str, *, root_is_resolved: bool = False) -> str | None:
     """`absolute` (a path on the inspected host) resolved inside `root` the way the host's kernel would
     resolve it, every symlink taken relative to `root`; None when a link leaves `root`, loops, or a
-    component is missing. The result is a real path under `root` with no symlink in it."""
-    root = os.path.realpath(root)
+    component is missing. The result is a real path under `root` with no symlink in it.
+
+    `root_is_resolved` says `root` is already os.path.realpath's answer (a caller resolving many paths
+    under one root saves resolving it again each time)."""
+    if not root_is_resolved:
+        root = os.path.realpath(root)
     parts = [p for p in absolute.split("/") if p not in ("", ".")]
     resolved = root
     hops = 0

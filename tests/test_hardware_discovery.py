@@ -13,7 +13,8 @@ import pytest
 
 import hosttrees
 from conftest import devctl_env
-from devctl.discovery import amd, host, nvidia, procs, tpu
+from devctl.checks import facts
+from devctl.discovery import amd, host, nvidia, pci, procs, tpu
 from devctl.hostroot import HostRoot
 from devctl.model import to_jsonable
 
@@ -339,6 +340,53 @@ def test_jax_rule_for_visible_nvidia_gpu(tmp_path, node):
 )
 def test_normalize_pci_bus_id(raw, expected):
     assert nvidia.normalize_pci_bus_id(raw) == expected
+
+
+# --- sysfs links: flat trees, the kernel's relative links, absolute links --
+
+
+@pytest.mark.parametrize("layout", hosttrees.LAYOUTS)
+def test_sysfs_layouts_give_the_same_answers(tmp_path, layout):
+    nv = hosttrees.nvidia_host(tmp_path / "nv", gpus=2, layout=layout).root
+    assert [(p.address, p.device_id, p.driver, p.numa_node) for p in nvidia.nvidia_pci_devices(nv)] == [
+        ("0000:18:00.0", "0x2330", "nvidia", 0), ("0000:2a:00.0", "0x2330", "nvidia", 0),
+    ]  # fmt: skip
+    assert facts.nvswitch_functions(nv) == ("0000:05:00.0",)
+    v4 = hosttrees.tpu_v4_host(tmp_path / "v4", chips=2, layout=layout).root
+    # Read from the class links themselves (chip order alone would give the same paths).
+    assert tpu._accel_nodes_by_pci(v4) == {"0000:00:04.0": "/dev/accel0", "0000:00:05.0": "/dev/accel1"}
+    v5 = tpu.tpu_info(hosttrees.tpu_v5e_host(tmp_path / "v5", chips=2, layout=layout).root, environ={})
+    assert [(c.iommu_group, c.device_path, c.device_path_exists) for c in v5.chips] == [("5", "/dev/vfio/5", True), ("6", "/dev/vfio/6", True)]
+
+
+def _pci_view(root: HostRoot) -> list[tuple]:
+    base = pci.PCI_DEVICES
+    return [
+        (a, pci.hex_id(root, f"{base}/{a}/vendor"), pci.hex_id(root, f"{base}/{a}/device"), pci.class_code(root, f"{base}/{a}/class"),
+         pci.link_name(root, f"{base}/{a}/driver"), pci.link_name(root, f"{base}/{a}/iommu_group"), pci.numa_node(root, f"{base}/{a}"))
+        for a in pci.pci_addresses(root)
+    ]  # fmt: skip
+
+
+def test_the_real_sysfs_reads_the_same_as_root_and_as_a_host_root(tmp_path):
+    import os
+
+    real = _pci_view(HostRoot("/"))
+    if not real:
+        pytest.skip("no PCI functions in this machine's sysfs")
+    for address, *_ in real:
+        link = f"/sys/bus/pci/devices/{address}/driver"
+        if os.path.islink(link):  # the value devctl showed before links were resolved inside a root
+            assert pci.link_name(HostRoot("/"), link) == os.path.basename(os.readlink(link))
+    tree = tmp_path / "host"
+    (tree / "sys").mkdir(parents=True)
+    # The kernel's own sysfs under a host root: its links are relative and must resolve inside the tree.
+    if subprocess.run(["mount", "--bind", "/sys", str(tree / "sys")], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount /sys here (needs root)")
+    try:
+        assert _pci_view(HostRoot(str(tree))) == real
+    finally:
+        subprocess.run(["umount", str(tree / "sys")], check=False)
 
 
 # --- NVIDIA: NVML ---------------------------------------------------------

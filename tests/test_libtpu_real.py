@@ -71,6 +71,8 @@ def in_private_tmp():
     )
     if found.returncode != 0:
         pytest.skip(f"{TPU_VENV} has no working jax with libtpu ({found.stderr.strip()[-200:]}); rebuild it with: {BUILD}")
+    if str(ROOT).startswith(("/tmp/", "/dev/shm/")):
+        pytest.skip(f"the checkout {ROOT} is under /tmp or /dev/shm, which the private /tmp hides from the tests' devctl")
     prefix = _private_tmp_prefix()
     if prefix is None:
         pytest.skip("needs a private /tmp (unshare --mount, as root or in a user namespace): a real job's libtpu lockfile must never be touched")
@@ -151,8 +153,10 @@ def _free_port() -> int:
 
 
 def _assert_ran(run: dict) -> None:
-    # 0 or 1 (a check that fails is still an answer); never a usage error, a crash or a hang.
+    # 0 or 1 (a check that fails is still an answer); never a usage error, a crash or a hang. Python's own
+    # "No module named devctl" is exit 1 too: devctl must have run.
     assert run["rc"] in (0, 1), f"devctl {' '.join(run['args'])} exited {run['rc']}:\n{run['tail']}"
+    assert "No module named" not in run["tail"] and "Traceback" not in run["tail"], run["tail"]
 
 
 @pytest.mark.heavy

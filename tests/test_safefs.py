@@ -110,3 +110,31 @@ def test_a_private_directory_is_not_a_link(tmp_path):
     os.close(safefs.open_private_directory(str(real)))
     real.chmod(0o755)
     assert "0755" in safefs.private_directory_problem(str(real))
+
+
+def test_truncate_gives_the_head_of_a_larger_file_and_still_refuses_a_fifo(tmp_path):
+    big = tmp_path / "cmdline"
+    big.write_bytes(b"java\0" + b"-Dx=y\0" * 50_000)  # a command line longer than any cap devctl uses
+    assert safefs.read_regular(str(big), 5, truncate=True) == b"java\0"
+    assert safefs.read_regular(str(big), 1 << 20, truncate=True) == big.read_bytes()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(safefs.UnsafeFile, match="FIFO"):
+        safefs.read_regular(str(fifo), 5, truncate=True)
+
+
+def test_within_with_a_resolved_root_gives_the_same_answers(tmp_path):
+    real = tmp_path / "real"
+    (real / "sys" / "devices" / "pci0000:00" / "0000:18:00.0").mkdir(parents=True)
+    (real / "sys" / "bus").mkdir()
+    (real / "sys" / "bus" / "gpu").symlink_to("../devices/pci0000:00/0000:18:00.0")
+    (real / "sys" / "bus" / "abs").symlink_to("/sys/devices/pci0000:00")
+    (real / "fifo").parent.mkdir(exist_ok=True)
+    os.mkfifo(real / "fifo")
+    link = tmp_path / "host"
+    link.symlink_to(real)  # a host root given through a link
+    for path in ("/sys/bus/gpu", "/sys/bus/abs/0000:18:00.0", "/sys/bus/../../../sys", "/fifo", "/fifo/x", "/missing"):
+        expected = safefs.within(str(link), path)
+        assert safefs.within(str(real), path, root_is_resolved=True) == expected, path
+    assert safefs.within(str(link), "/sys/bus/gpu") == str(real / "sys" / "devices" / "pci0000:00" / "0000:18:00.0")
+    assert safefs.within(str(link), "/fifo/x") is None  # a FIFO is no directory to walk through

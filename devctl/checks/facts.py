@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from devctl.discovery.pci import PCI_DEVICES, class_code, hex_id, pci_addresses
 from devctl.discovery.procs import process_ref, scan_holders
 from devctl.hostroot import HostRoot
 from devctl.model.hardware import ProcessRef
@@ -67,11 +68,11 @@ def machine_facts(root: HostRoot, environ: Mapping[str, str] | None = None) -> M
 
 def nvswitch_functions(root: HostRoot) -> tuple[str, ...]:
     out = []
-    for address in root.listdir("/sys/bus/pci/devices"):
-        base = f"/sys/bus/pci/devices/{address}"
-        if (root.read_text(f"{base}/vendor") or "").lower() != NVIDIA_VENDOR:
+    for address in pci_addresses(root):
+        base = f"{PCI_DEVICES}/{address}"
+        if hex_id(root, f"{base}/vendor") != NVIDIA_VENDOR:
             continue
-        if (root.read_text(f"{base}/class") or "").lower().startswith(_NVSWITCH_CLASS_PREFIX):
+        if (class_code(root, f"{base}/class") or "").startswith(_NVSWITCH_CLASS_PREFIX):
             out.append(address.lower())
     return tuple(sorted(out))
 
@@ -79,8 +80,8 @@ def nvswitch_functions(root: HostRoot) -> tuple[str, ...]:
 def find_process(root: HostRoot, name: str) -> ProcessRef | None:
     """The first live process whose comm or argv[0] basename is `name`."""
     for pid in sorted(int(p) for p in root.listdir("/proc") if p.isdigit()):
-        comm = root.read_text(f"/proc/{pid}/comm") or ""
-        cmdline = root.read_text(f"/proc/{pid}/cmdline") or ""
+        comm = root.read_text(f"/proc/{pid}/comm", limit=256) or ""
+        cmdline = root.read_text(f"/proc/{pid}/cmdline", limit=4096) or ""
         argv0 = os.path.basename(cmdline.split("\0", 1)[0]) if cmdline else ""
         # comm is cut to 15 characters: "nv-fabricmanage".
         if name in (argv0, comm) or (len(comm) == 15 and name.startswith(comm)):

@@ -7,10 +7,9 @@ simd_count > 0, skipping files over 16 KB. CPU nodes have simd_count 0.
 
 from __future__ import annotations
 
-import os
 import re
 
-from devctl.hostroot import HostRoot
+from devctl.hostroot import HostRoot, printable
 from devctl.model.hardware import AmdGpu, AmdReport
 
 TOPOLOGY = "/sys/class/kfd/kfd/topology/nodes"
@@ -46,11 +45,10 @@ def amd_report(root: HostRoot) -> AmdReport:
 
 
 def _properties(root: HostRoot, path: str) -> tuple[dict[str, int] | None, str | None]:
-    local = root.path(path)
-    try:
-        size = os.path.getsize(local)
-    except OSError:
+    st = root.stat(path)
+    if st is None:
         return None, "no properties file"
+    size = st.st_size
     # sysfs reports 4096 for every file, so this only trips on real oversized files, as in JAX.
     if size > _MAX_PROPERTIES_BYTES:
         return None, f"properties file is {size} bytes, over JAX's 16 KB limit"
@@ -72,7 +70,7 @@ def parse_properties(text: str) -> dict[str, int]:
 
 def _gpu(root: HostRoot, node: int, props: dict[str, int]) -> AmdGpu:
     unavailable: dict[str, str] = {}
-    name = root.read_text(f"{TOPOLOGY}/{node}/name") or None
+    name = printable(root.read_text(f"{TOPOLOGY}/{node}/name", limit=256) or "") or None
     if name is None:
         unavailable["name"] = "empty or missing name file"
     gfx_version = props.get("gfx_target_version") or None
@@ -110,8 +108,9 @@ def _vram_bytes(root: HostRoot, node: int, props: dict[str, int]) -> int | None:
     if props.get("local_mem_size", 0) > 0:
         return props["local_mem_size"]
     total = 0
-    for bank in root.listdir(f"{TOPOLOGY}/{node}/mem_banks"):
-        bank_props = parse_properties(root.read_text(f"{TOPOLOGY}/{node}/mem_banks/{bank}/properties") or "")
+    for bank in (b for b in root.listdir(f"{TOPOLOGY}/{node}/mem_banks") if b.isdigit()):
+        text = root.read_text(f"{TOPOLOGY}/{node}/mem_banks/{bank}/properties", limit=_MAX_PROPERTIES_BYTES)
+        bank_props = parse_properties(text or "")
         if bank_props.get("heap_type") in _VRAM_HEAP_TYPES:
             total += bank_props.get("size_in_bytes", 0)
     return total or None

@@ -12,7 +12,7 @@ import re
 import socket
 import sys
 
-from devctl.hostroot import HostRoot
+from devctl.hostroot import HostRoot, printable
 from devctl.model.hardware import HostInfo
 
 THP_PATH = "/sys/kernel/mm/transparent_hugepage/enabled"
@@ -95,6 +95,7 @@ def _cpu(root: HostRoot, unavailable: dict[str, str]) -> tuple[int | None, int |
         if "core id" in fields:
             cores.add((physical_id, fields["core id"]))
 
+    model = printable(model) if model else None
     if model is None:
         unavailable["cpu_model"] = "no model name in /proc/cpuinfo (ARM kernels often omit it)"
     physical = len(cores) or None
@@ -127,13 +128,17 @@ def _usable_cores(root: HostRoot, unavailable: dict[str, str]) -> int | None:
 
 def _shm(root: HostRoot, unavailable: dict[str, str]) -> tuple[int | None, int | None]:
     # Docker's default /dev/shm is 64 MiB; RCCL and NCCL exhaust it with several GPUs.
-    try:
-        st = os.statvfs(root.path("/dev/shm"))
-    except OSError as e:
-        reason = f"/dev/shm: {e.strerror or e}"
-        unavailable["shm_total_bytes"] = unavailable["shm_free_bytes"] = reason
-        return None, None
-    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+    local = root.local("/dev/shm")
+    if local is not None:
+        try:
+            st = os.statvfs(local)  # a statfs, never an open: /dev/shm may hold anything
+            return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        except OSError as e:
+            reason = f"/dev/shm: {e.strerror or e}"
+    else:
+        reason = "/dev/shm: no such directory"
+    unavailable["shm_total_bytes"] = unavailable["shm_free_bytes"] = reason
+    return None, None
 
 
 def thp(root: HostRoot, unavailable: dict[str, str] | None = None) -> tuple[str | None, bool | None]:
@@ -157,9 +162,9 @@ def _hostname(root: HostRoot, unavailable: dict[str, str]) -> str | None:
         return socket.gethostname()
     # /proc/sys/kernel/hostname shows the reader's UTS namespace, so prefer the host's file.
     for path in ("/etc/hostname", "/proc/sys/kernel/hostname"):
-        text = root.read_text(path)
+        text = root.read_text(path, limit=4096)
         if text:
-            return text.splitlines()[0].strip()
+            return printable(text.splitlines()[0].strip())
     unavailable["hostname"] = "no /etc/hostname under the host root"
     return None
 
@@ -172,7 +177,7 @@ def _os_name(root: HostRoot, unavailable: dict[str, str]) -> str | None:
         for line in text.splitlines():
             key, sep, value = line.partition("=")
             if sep and key.strip() == "PRETTY_NAME":
-                return value.strip().strip("\"'")
+                return printable(value.strip().strip("\"'"))
     unavailable["os_name"] = "no PRETTY_NAME in /etc/os-release"
     return None
 
@@ -180,8 +185,8 @@ def _os_name(root: HostRoot, unavailable: dict[str, str]) -> str | None:
 def _kernel(root: HostRoot, unavailable: dict[str, str]) -> str | None:
     if root.is_real:
         return platform.release()
-    text = root.read_text("/proc/sys/kernel/osrelease")
+    text = root.read_text("/proc/sys/kernel/osrelease", limit=4096)
     if text:
-        return text
+        return printable(text.splitlines()[0])
     unavailable["kernel"] = "no /proc/sys/kernel/osrelease under the host root"
     return None

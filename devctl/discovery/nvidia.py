@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from devctl.discovery.pci import link_name, numa_node
+from devctl.discovery.pci import PCI_DEVICES, class_code, hex_id, link_name, numa_node, pci_addresses
 from devctl.hostroot import HostRoot
 from devctl.model.hardware import CudaWheel, Finding, GpuProcess, NvidiaGpu, NvmlReport, PciFunction
 
@@ -34,7 +34,8 @@ def nvidia_device_nodes(root: HostRoot) -> list[str]:
     names = root.listdir("/dev")
     gpus = sorted((n for n in names if re.fullmatch(r"nvidia\d+", n)), key=lambda n: int(n[6:]))
     extra = [n for n in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "dxg") if n in names]
-    return [f"/dev/{n}" for n in gpus + extra]
+    # A name is not a node: under a host root a link there may lead out of the tree.
+    return [f"/dev/{n}" for n in gpus + extra if root.exists(f"/dev/{n}")]
 
 
 def has_visible_nvidia_gpu(root: HostRoot) -> bool:
@@ -49,27 +50,25 @@ def nvidia_pci_devices(root: HostRoot) -> list[PciFunction]:
     explains "the GPU is in the machine but CUDA sees nothing".
     """
     out = []
-    for address in root.listdir("/sys/bus/pci/devices"):
-        base = f"/sys/bus/pci/devices/{address}"
-        if (root.read_text(f"{base}/vendor") or "").lower() != NVIDIA_PCI_VENDOR_ID:
+    for address in pci_addresses(root):
+        base = f"{PCI_DEVICES}/{address}"
+        if hex_id(root, f"{base}/vendor") != NVIDIA_PCI_VENDOR_ID:
             continue
-        class_code = (root.read_text(f"{base}/class") or "").lower() or None
+        klass = class_code(root, f"{base}/class")
         # 0x03xxxx is a display controller; skips the GPUs' audio functions and NVSwitches.
-        if class_code is not None and not class_code.startswith("0x03"):
+        if klass is not None and not klass.startswith("0x03"):
             continue
         out.append(
             PciFunction(
                 address=address.lower(),
                 vendor_id=NVIDIA_PCI_VENDOR_ID,
-                device_id=(root.read_text(f"{base}/device") or "").lower(),
-                class_code=class_code,
+                device_id=hex_id(root, f"{base}/device") or "",
+                class_code=klass,
                 driver=link_name(root, f"{base}/driver"),
                 numa_node=numa_node(root, base),
             )
         )
     return sorted(out, key=lambda f: f.address)
-
-
 
 
 _BUS_ID_RE = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])")

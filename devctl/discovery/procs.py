@@ -3,7 +3,8 @@
 Link targets are compared as text with os.readlink, never followed, so a host
 root's links (which point at the host's paths) and a fake tree's dangling
 links both work. Another user's fds are unreadable without root: those
-processes are counted, not reported as errors.
+processes are counted, not reported as errors. A command line is shown with
+its control characters replaced: any user can name a process anything.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import re
 from collections.abc import Iterable
 
-from devctl.hostroot import HostRoot
+from devctl.hostroot import HostRoot, printable
 from devctl.model.hardware import HolderScan, ProcessRef
 
 
@@ -78,7 +79,9 @@ def _pids(root: HostRoot) -> list[int]:
 
 def fd_targets(root: HostRoot, pid: int) -> list[str] | None:
     """Link targets of the pid's fds; None when they cannot be read. ProcessLookupError when it is gone."""
-    fd_dir = root.path(f"/proc/{pid}/fd")
+    fd_dir = root.local(f"/proc/{pid}/fd")
+    if fd_dir is None:
+        raise ProcessLookupError(pid)
     try:
         names = os.listdir(fd_dir)
     except FileNotFoundError:
@@ -122,16 +125,12 @@ def _user_name(root: HostRoot, uid: int | None) -> str | None:
 
 
 def _command(root: HostRoot, pid: int) -> str | None:
-    try:
-        with open(root.path(f"/proc/{pid}/cmdline"), "rb") as f:
-            raw = f.read(1 << 16)
-    except OSError:
-        raw = b""
+    raw = root.read_bytes(f"/proc/{pid}/cmdline", 1 << 16) or b""
     args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
     if args:
-        return " ".join(args)
+        return printable(" ".join(args))
     # Kernel threads and zombies have an empty cmdline; comm is still there.
-    return root.read_text(f"/proc/{pid}/comm") or None
+    return printable(root.read_text(f"/proc/{pid}/comm", limit=256) or "") or None
 
 
 def pid_alive(root: HostRoot, pid: int) -> bool:

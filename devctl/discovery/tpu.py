@@ -14,14 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from devctl.discovery.procs import pid_alive, process_ref, scan_holders
-from devctl.discovery.pci import link_name, numa_node
+from devctl.discovery.pci import PCI_DEVICES, hex_id, link_name, linked_pci_address, numa_node, pci_addresses
 from devctl.hostroot import HostRoot
 from devctl.model.hardware import HolderScan, ProcessRef, TpuChip, TpuLockfile, TpuReport
 from devctl.privilege import as_root, why_uninspectable
 
 GOOGLE_PCI_VENDOR_ID = "0x1ae0"
 LOCKFILE = "/tmp/libtpu_lockfile"
-_PCI_DEVICES = "/sys/bus/pci/devices"
 _GIB = 1 << 30
 
 # PCI device id -> version. 0x0027 is v2 or v3; its subsystem_device tells them apart.
@@ -105,8 +104,8 @@ class _Function:
 def tpu_info(root: HostRoot, environ: Mapping[str, str] | None = None) -> TpuReport:
     environ = os.environ if environ is None else environ
     unavailable: dict[str, str] = {}
-    if not root.exists(_PCI_DEVICES):
-        unavailable["chips"] = f"no {_PCI_DEVICES} (sysfs not mounted, or not Linux)"
+    if not root.exists(PCI_DEVICES):
+        unavailable["chips"] = f"no {PCI_DEVICES} (sysfs not mounted, or not Linux)"
     functions = _tpu_pci_functions(root)
     chip_groups = _group_by_chip(functions)
     accel_by_address = _accel_nodes_by_pci(root)
@@ -133,19 +132,21 @@ def tpu_info(root: HostRoot, environ: Mapping[str, str] | None = None) -> TpuRep
 def _tpu_pci_functions(root: HostRoot) -> list[_Function]:
     """Every Google TPU PCI function, sorted by address."""
     out = []
-    for address in root.listdir(_PCI_DEVICES):
-        base = f"{_PCI_DEVICES}/{address}"
-        if (root.read_text(f"{base}/vendor") or "").lower() != GOOGLE_PCI_VENDOR_ID:
+    for address in pci_addresses(root):
+        base = f"{PCI_DEVICES}/{address}"
+        if hex_id(root, f"{base}/vendor") != GOOGLE_PCI_VENDOR_ID:
             continue
-        device_id = (root.read_text(f"{base}/device") or "").lower()
+        device_id = hex_id(root, f"{base}/device")
         if device_id not in TPU_PCI_DEVICE_IDS:
             continue
+        group = link_name(root, f"{base}/iommu_group")
         out.append(
             _Function(
                 address=address.lower(),
                 device_id=device_id,
-                subsystem_device=(root.read_text(f"{base}/subsystem_device") or "").lower() or None,
-                iommu_group=link_name(root, f"{base}/iommu_group"),
+                subsystem_device=hex_id(root, f"{base}/subsystem_device"),
+                # An iommu group is a number; anything else would become a /dev/vfio path.
+                iommu_group=group if group is not None and group.isdigit() else None,
                 numa_node=numa_node(root, base),
             )
         )
@@ -177,8 +178,10 @@ def _chip(
         unavailable["hbm_bytes"] = unavailable["devices_per_chip"] = f"tpu-info has no facts for {version}"
 
     device_path = _device_path(root, index, group, version, facts, accel_by_address, notes)
+    # The node is looked at, never opened: opening a TPU's vfio group or accel node claims the chip.
     exists = root.exists(device_path)
-    accessible = os.access(root.path(device_path), os.R_OK | os.W_OK) if exists else None
+    local = root.local(device_path) if exists else None
+    accessible = os.access(local, os.R_OK | os.W_OK) if local is not None else None
     if not exists:
         unavailable["accessible"] = f"{device_path} does not exist"
     return TpuChip(
@@ -246,9 +249,9 @@ def _accel_nodes_by_pci(root: HostRoot) -> dict[str, str]:
     out = {}
     for name in root.listdir("/sys/class/accel"):
         if re.fullmatch(r"accel\d+", name):
-            address = link_name(root, f"/sys/class/accel/{name}/device")
+            address = linked_pci_address(root, f"/sys/class/accel/{name}/device")
             if address:
-                out[address.lower()] = f"/dev/{name}"
+                out[address] = f"/dev/{name}"
     return out
 
 
@@ -292,9 +295,8 @@ def _lock_owners(root: HostRoot, path: str) -> list[int] | None:
 
     None when /proc/locks cannot be read.
     """
-    try:
-        st = os.stat(root.path(path))
-    except OSError:
+    st = root.stat(path)
+    if st is None:
         return []
     text = root.read_text("/proc/locks", limit=1 << 22)
     if text is None:
