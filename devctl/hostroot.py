@@ -21,22 +21,12 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 from dataclasses import dataclass
 from functools import cached_property
 
 from devctl.safefs import read_regular, within
 
 _DEFAULT_LIMIT = 1 << 16
-# C0 and C1 controls, DEL, and the invisible or direction-changing format characters (U+200B-U+200F,
-# U+2028-U+202E, U+2060-U+206F, U+FEFF): a name read from a tree must not move the cursor, clear the
-# screen or reorder what the terminal shows around it.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
-
-
-def printable(text: str) -> str:
-    """`text` with every control or invisible formatting character replaced by '?', as ps(1) shows them."""
-    return _UNPRINTABLE.sub("?", text)
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,27 @@ from devctl.model.memstats import SCHEMA, Headroom, HostMemory, MemDevice, MemPr
 
 def parse_device_filter(values: list[str] | None) -> list[str] | None:
     """'0' (a JAX device id) or 'platform:id' (cuda:1, tpu-chip:0, nvml:3), checked before anything runs."""
-    if not values:
+    if values is None:
         return None
     out = []
     for value in (v.strip() for item in values for v in item.split(",")):
+        if not value:
+            # A script whose variable came out empty must not silently watch every device.
+            raise UsageError(f"--device has an empty entry in {_shown(','.join(values))}; {_DEVICE_HELP}")
         platform, _, ident = value.rpartition(":")
-        if not ident.isdigit() or (platform and not platform.replace("-", "").isalnum()):
-            raise UsageError(f"--device {value!r} is not a device id; use a JAX device id (0) or platform:id (cuda:1, tpu-chip:0)")
+        if not (ident.isascii() and ident.isdigit() and len(ident) <= 9) or (platform and not (platform.isascii() and platform.replace("-", "").isalnum())):
+            raise UsageError(f"--device {_shown(value)} is not a device id; {_DEVICE_HELP}")
         out.append(value)
     return out
+
+
+_DEVICE_HELP = "use a JAX device id (0) or platform:id (cuda:1, tpu-chip:0)"
+
+
+def _shown(value: str) -> str:
+    from devctl.text import printable
+
+    return printable(repr(value), 120)
 
 
 class MemstatsSampler:
@@ -45,7 +57,8 @@ class MemstatsSampler:
         from devctl.discovery.publishers import read_publishers
         from devctl.probe.backends import probe_backends
 
-        read_publishers(self.publisher_dir, remove_stale=False)  # a bad snapshot directory is bad input: fail before probing
+        # A snapshot directory the user named that is unsafe (a link, not private) is bad input: fail before probing.
+        read_publishers(self.publisher_dir, remove_stale=False)
         self.tpu = tpu.tpu_info(self.root)
         held = tpu.held_reason(self.tpu)
         self.probe = probe_backends(timeout_s=self.timeout_s, hold_off={"tpu": held} if held else None)

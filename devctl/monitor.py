@@ -9,7 +9,10 @@ that owns the devices. Call this from a training script:
 
 A daemon thread writes `<pid>.json` (schema `devctl.publisher/1`) atomically
 into a per-user directory (mode 0700; see devctl.discovery.publishers) every
-interval, and removes it when the process exits. The document:
+interval, and removes it when the process exits. A directory that is a
+symbolic link, not ours or open to others is refused (a warning, nothing
+written); a file of that name that devctl did not write is never replaced, and
+only the file this publisher wrote is ever removed. The document:
 
     {
       "schema": "devctl.publisher/1",
@@ -47,6 +50,7 @@ import json
 import math
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -54,8 +58,9 @@ import warnings
 import weakref
 from typing import Any
 
-from devctl.discovery.publishers import ensure_directory, resolve_directory, snapshot_path, temp_path
+from devctl.discovery.publishers import MAX_ARRAYS, MAX_FILE_BYTES, SNAPSHOT_PREFIX, ensure_directory, resolve_directory, snapshot_path
 from devctl.model.publishers import SCHEMA
+from devctl.safefs import read_regular, write_atomic
 
 __all__ = ["Publisher", "publish", "snapshot", "stop", "current"]
 
@@ -143,9 +148,11 @@ class Publisher:
         self._thread: threading.Thread | None = None
         self._pending_error: str | None = None
         self._warned = False
-        self._written: str | None = None  # the file this publisher last wrote
+        # (path, st_dev, st_ino) of the file this publisher last wrote: the only file it ever removes.
+        self._written: tuple[str, int, int] | None = None
         self._cache = _ArrayCache()
         self.snapshots_written = 0
+        self._ticks = 0  # loop turns, written or not: lets a test wait for turns instead of sleeping
 
     @property
     def interval(self) -> float:
@@ -225,6 +232,7 @@ class Publisher:
                 self._tick()
             except BaseException as e:  # noqa: BLE001 - the publisher must never take the program down
                 self._pending_error = _describe(e)
+            self._ticks += 1
             now = time.monotonic()
             if self._wake.is_set():
                 self._wake.clear()
@@ -246,27 +254,58 @@ class Publisher:
         if self._stopping:
             return  # stop() may already have removed the file: do not bring it back
         path = snapshot_path(directory, self._pid)
+        if foreign := _foreign_file(path, self._written):
+            self._warn(foreign)
+            return
         try:
-            _write_atomic(directory, self._pid, _encode(doc))
+            # A new file renamed over the old: readers never see half a snapshot, and a link or FIFO
+            # put at the name is replaced (or refused), never written through.
+            write_atomic(path, _encode(doc), mode=0o600, sync=False)  # rewritten every interval; tmpfs as a rule
+            st = os.lstat(path)
         except OSError as e:
             self._pending_error = f"writing the snapshot failed: {_describe(e)}"
             return
+        written = (path, st.st_dev, st.st_ino)
         if directory != self._directory:
-            _unlink_quietly(path)  # publish() moved us to another directory while we wrote
+            _unlink_own(written)  # publish() moved us to another directory while we wrote
             return
-        self._written = path
+        self._written = written
         self.snapshots_written += 1
 
     def _remove_file(self) -> None:
-        for path in {self._written, snapshot_path(self._directory, self._pid)}:
-            if path:
-                _unlink_quietly(path)
-        self._written = None
+        written, self._written = self._written, None
+        if written is not None:
+            _unlink_own(written)
 
 
-def _unlink_quietly(path: str) -> None:
+def _foreign_file(path: str, written: tuple[str, int, int] | None) -> str | None:
+    """Why the file at `path` must not be replaced (it is not a devctl snapshot), or None.
+    One lstat a tick while the name still holds the file this publisher wrote last."""
     try:
-        os.unlink(path)
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"cannot check {os.path.basename(path)}: {e.strerror or e}"
+    if written is not None and written == (path, st.st_dev, st.st_ino):
+        return None
+    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+        try:
+            # A snapshot an earlier process with this pid left behind is ours to replace.
+            if read_regular(path, MAX_FILE_BYTES).startswith(SNAPSHOT_PREFIX):
+                return None
+        except OSError:  # a link, a FIFO, larger than any snapshot: not ours
+            pass
+    return f"{os.path.basename(path)} is there and is not a devctl snapshot; it is left as it is"
+
+
+def _unlink_own(written: tuple[str, int, int]) -> None:
+    """Remove the file this publisher wrote, if it is still that file (same inode): never another."""
+    path, dev, ino = written
+    try:
+        st = os.lstat(path)
+        if (st.st_dev, st.st_ino) == (dev, ino) and stat.S_ISREG(st.st_mode):
+            os.unlink(path)
     except OSError:
         pass
 
@@ -709,23 +748,8 @@ def _largest(arrays: list[tuple[int, tuple, tuple[int, ...]]], top_k: int) -> li
 
 
 def _encode(doc: dict[str, Any]) -> bytes:
+    # Starts with SNAPSHOT_PREFIX ("schema" is the first key): how the reader knows a left-over temp file as ours.
     return json.dumps(doc, separators=(",", ":"), default=str).encode()
-
-
-def _write_atomic(directory: str, pid: int, data: bytes) -> None:
-    """Readers see the old snapshot or the new one, never half of one."""
-    tmp = temp_path(directory, pid)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(tmp, flags, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-    # No fsync: the directory is tmpfs in the usual case, and a snapshot lost
-    # to a power cut describes a process that is gone anyway.
-    os.replace(tmp, snapshot_path(directory, pid))
 
 
 # --- process life -------------------------------------------------------------
@@ -767,8 +791,9 @@ def _check_interval(interval: float) -> float:
 
 
 def _check_top_k(top_k: int) -> int:
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise ValueError(f"top_k must be a non-negative integer, got {top_k!r}")
+    # The reader refuses snapshots listing more arrays than MAX_ARRAYS.
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= MAX_ARRAYS:
+        raise ValueError(f"top_k must be a whole number from 0 to {MAX_ARRAYS}, got {top_k!r}")
     return top_k
 
 

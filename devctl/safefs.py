@@ -36,15 +36,18 @@ class UnsafeFile(OSError):
     """A path that is not a regular file, is a link where none was expected, or is larger than allowed."""
 
 
-def read_regular(path: str, cap: int, *, follow_symlinks: bool = False, truncate: bool = False) -> bytes:
+def read_regular(
+    path: str, cap: int, *, follow_symlinks: bool = False, truncate: bool = False, dir_fd: int | None = None
+) -> bytes:
     """At most `cap` bytes of the regular file at `path`; UnsafeFile for a link (unless followed), a FIFO,
     a device, a directory or a file larger than `cap`; OSError when it cannot be opened.
 
     With `truncate`, a larger file gives its first `cap` bytes instead (`head -c`): for text whose start
-    is what matters, such as a process's long command line."""
+    is what matters, such as a process's long command line. With `dir_fd`, `path` is relative to that open
+    directory (openat), so a directory checked once cannot be swapped for a link before its files are read."""
     flags = os.O_RDONLY | _NONBLOCK | _CLOEXEC | (0 if follow_symlinks else _NOFOLLOW)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as e:
         if e.errno == errno.ELOOP and not follow_symlinks:
             raise UnsafeFile(errno.ELOOP, "is a symbolic link; not followed", path) from None
@@ -52,7 +55,7 @@ def read_regular(path: str, cap: int, *, follow_symlinks: bool = False, truncate
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise UnsafeFile(errno.EINVAL, f"is not a regular file ({_kind(mode)})", path)
+            raise UnsafeFile(errno.EINVAL, f"is not a regular file ({file_kind(mode)})", path)
         data = _read_fd(fd, cap + 1)
     finally:
         os.close(fd)
@@ -114,9 +117,10 @@ def within(root: str, absolute: str, *, root_is_resolved: bool = False) -> str |
     return resolved
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: str, data: bytes, mode: int = 0o644, *, sync: bool = True) -> None:
     """Replace `path` with `data` whole: readers see the old file or the new one, a symlink at `path` is
-    replaced rather than followed, and on any failure the old file is left untouched (OSError raised)."""
+    replaced rather than followed, and on any failure the old file is left untouched (OSError raised).
+    `sync=False` skips the fsync: for a file rewritten every second whose loss in a power cut costs nothing."""
     _refuse_special(path)
     directory = os.path.dirname(os.path.abspath(path)) or "."
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
@@ -126,7 +130,8 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -156,7 +161,7 @@ def _refuse_special(path: str) -> None:
         except OSError:
             return  # a dangling link: replaced like any link
     if not stat.S_ISREG(st.st_mode):
-        raise UnsafeFile(errno.EINVAL, f"is not a regular file ({_kind(st.st_mode)}); give the path of a file to write", path)
+        raise UnsafeFile(errno.EINVAL, f"is not a regular file ({file_kind(st.st_mode)}); give the path of a file to write", path)
 
 
 def private_directory_problem(path: str) -> str | None:
@@ -171,7 +176,7 @@ def private_directory_problem(path: str) -> str | None:
     if stat.S_ISLNK(st.st_mode):
         return "a symbolic link (not followed: another user may have planted it)"
     if not stat.S_ISDIR(st.st_mode):
-        return f"not a directory ({_kind(st.st_mode)})"
+        return f"not a directory ({file_kind(st.st_mode)})"
     uid = os.geteuid()
     if st.st_uid != uid:
         return f"owned by uid {st.st_uid}, not {uid}"
@@ -198,7 +203,8 @@ def _what_others_may(mode: int) -> str:
     return " and ".join(verbs or ["enter"])
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words: "a FIFO", "a character device", ..."""
     for test, name in (
         (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"),

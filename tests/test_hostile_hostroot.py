@@ -24,7 +24,8 @@ from hosttrees import ESCAPES, OUTSIDE_DRIVER_VERSION, base_host, hostile_host, 
 
 from devctl.checks import facts
 from devctl.discovery import amd, host, nvidia, pci, procs, tpu
-from devctl.hostroot import HostRoot, printable
+from devctl.hostroot import HostRoot
+from devctl.text import printable
 from devctl.model import to_jsonable
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]")  # what a terminal acts on (tab and newline aside)
@@ -234,7 +235,7 @@ def test_names_read_from_the_tree_carry_no_control_characters(tmp_path):
     (ref,) = procs.path_holders(h.root, "/dev/accel0")["/dev/accel0"]
     shown = [info.hostname, info.cpu_model, info.os_name, info.kernel, ref.command, amd.amd_report(h.root).gpus[0].name]
     assert [s for s in shown if _CONTROL.search(s)] == []
-    assert info.hostname.startswith("evil?") and ref.command.startswith("python3 train.py?") and "--flag?next" in ref.command
+    assert info.hostname.startswith("evil\\x1b") and ref.command.startswith("python3 train.py\\x1b") and "--flag\\x0anext" in ref.command
 
 
 def test_pci_names_and_ids_must_have_the_kernels_form(tmp_path):
@@ -248,7 +249,7 @@ def test_pci_names_and_ids_must_have_the_kernels_form(tmp_path):
 
 def test_printable_keeps_text_and_replaces_controls():
     assert printable("NVIDIA H100 80GB HBM3 — ümlaut") == "NVIDIA H100 80GB HBM3 — ümlaut"
-    assert printable("a\x1b[2Jb\tc\u202ed\x9b") == "a?[2Jb?c?d?"
+    assert printable("a\x1b[2Jb\tc\u202ed\x9b") == "a\\x1b[2Jb\\x09c\\u202ed\\x9b"
 
 
 # --- the commands, end to end ---------------------------------------------------------------------------
@@ -269,7 +270,7 @@ def test_list_on_a_hostile_tree(hostile, marker, tmp_path, json_out):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _assert_clean(proc, marker)
     if not json_out:
-        assert "held by pid 4242 (python3 train.py?" in proc.stdout
+        assert "held by pid 4242 (python3 train.py\\x1b" in proc.stdout
         return
     doc = json.loads(proc.stdout)
     validate_schema(doc, "list")

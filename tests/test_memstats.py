@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -15,6 +16,43 @@ from conftest import assert_usage_error, devctl_env, run_devctl, run_json, valid
 from hosttrees import tpu_v5e_host
 
 MIB = 1 << 20
+START_TIMEOUT_S = 180.0  # JAX start-up on a loaded two-core machine
+
+
+def foreground(argv: list[str]) -> list[str]:
+    """`argv` run with SIGINT at its default, as a terminal's foreground job has it.
+
+    A test run started in the background of a non-interactive shell (`pytest &`
+    in a script, as when two runs share a machine) has SIGINT ignored; children
+    inherit that, Python then installs no KeyboardInterrupt handler (and devctl,
+    like every Unix program, keeps an ignored SIGINT ignored), so a test that
+    sends SIGINT waits for an exit that never comes. The shim resets it and
+    execs `argv` in the same process (same pid).
+    """
+    shim = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", shim, *argv]
+
+
+def readline(proc: subprocess.Popen, timeout: float, what: str) -> str:
+    """The next line `proc` prints, waited for at most `timeout` s; the failure names the process."""
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not box or not box[0]:
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+        raise AssertionError(f"{what} (pid {proc.pid}) printed no line in {timeout} s (exit {proc.returncode}); stderr:\n{err}")
+    return box[0]
+
+
+def signal_state(pid: int) -> str:
+    """What /proc says of a process's signals: names the culprit when SIGINT did nothing."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return ", ".join(line.strip() for line in f if line.startswith(("State", "SigIgn", "SigBlk")))
+    except OSError as e:
+        return f"no /proc entry: {e}"
 
 
 @pytest.fixture
@@ -45,7 +83,7 @@ def publisher(tmp_path, runtime_dir):
     )
     env = devctl_env(devices=4, DEVCTL_RUNTIME_DIR=str(runtime_dir))
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
+    assert readline(proc, START_TIMEOUT_S, "the publishing job").strip() == "ready"
     deadline = time.time() + 30
     while not list(runtime_dir.glob(f"{proc.pid}.json")) and time.time() < deadline:
         time.sleep(0.1)
@@ -112,7 +150,7 @@ def test_watch_survives_a_corrupt_snapshot_and_a_publisher_that_exits(publisher,
         [sys.executable, "-m", "devctl", "memstats", "--watch", "--count", "8", "--interval", "0.5", "--json"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    first = json.loads(watch.stdout.readline())
+    first = json.loads(readline(watch, START_TIMEOUT_S, "devctl memstats --watch"))
     assert any("999999.json" in p for p in first["problems"])
     assert proc.pid in [p["pid"] for p in first["publishers"]]
     proc.kill()  # the job dies without cleaning up
@@ -127,13 +165,19 @@ def test_watch_survives_a_corrupt_snapshot_and_a_publisher_that_exits(publisher,
 def test_sigint_ends_watch_with_130_and_no_traceback(runtime_dir):
     env = devctl_env(devices=1, DEVCTL_RUNTIME_DIR=str(runtime_dir))
     watch = subprocess.Popen(
-        [sys.executable, "-m", "devctl", "memstats", "--watch", "--interval", "0.2", "--json"],
+        foreground([sys.executable, "-m", "devctl", "memstats", "--watch", "--interval", "0.2", "--json"]),
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    json.loads(watch.stdout.readline())  # running
+    json.loads(readline(watch, START_TIMEOUT_S, "devctl memstats --watch"))  # running: the watch loop has begun
     watch.send_signal(signal.SIGINT)
-    _, err = watch.communicate(timeout=30)
-    assert watch.returncode == 130
+    try:
+        _, err = watch.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        state = signal_state(watch.pid)
+        watch.kill()
+        watch.communicate()
+        raise AssertionError(f"devctl memstats --watch (pid {watch.pid}) still running 30 s after SIGINT ({state})") from None
+    assert watch.returncode == 130, err
     assert "Traceback" not in err
 
 
@@ -160,6 +204,15 @@ def test_tpu_chips_show_hbm_and_holder(tmp_path, runtime_dir):
         (["--count", "-2"], "--count"),
         (["--device", "gpu0"], "gpu0"),
         (["--device", "7"], "'7'"),
+        # Empty is never "every device": a script whose variable came out empty must hear of it.
+        (["--device", ""], "--device has an empty entry"),
+        (["--device", "0,"], "--device has an empty entry"),
+        (["--device", " , "], "--device has an empty entry"),
+        (["--device", "cpu:-7"], "'cpu:-7'"),
+        # Given without --watch, --interval would be ignored: the user expected a live view.
+        (["--interval", "0.5"], "--interval needs --watch"),
+        (["--interval", "fast", "--watch"], "fast"),
+        (["--distributed", "--interval", "2"], "--interval is not supported with --distributed"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, needle, runtime_dir):

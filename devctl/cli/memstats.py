@@ -28,7 +28,7 @@ def memstats(
     json_out: JsonOpt = False,
     device: Annotated[Optional[list[str]], typer.Option("--device", "-d", metavar="ID", help="Only this device: a JAX id (0: the accelerator's when there is one) or platform:id (gpu:1 or cuda:1, cpu:0, tpu-chip:0). Repeatable.")] = None,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every --interval seconds until Ctrl-C or --count.")] = False,
-    interval: Annotated[str, typer.Option("--interval", "-n", metavar="SECONDS", help="Seconds between refreshes with --watch (default 1).")] = "1",
+    interval: Annotated[Optional[str], typer.Option("--interval", "-n", metavar="SECONDS", help="Seconds between refreshes with --watch (default 1).")] = None,
     count: Annotated[Optional[str], typer.Option("--count", "-c", metavar="N", help="Stop after N refreshes.")] = None,
     timeout: TimeoutOpt = None,
     host_root: HostRootOpt = "/",
@@ -45,13 +45,16 @@ def memstats(
 
     cluster = cluster_from_flags(distributed, coordinator, num_processes, process_id, all_print)
     if cluster is not None:
-        _memstats_cluster(json_out, timeout, host_root, cluster, all_print, device=device, watch=watch, count=count)
+        _memstats_cluster(json_out, timeout, host_root, cluster, all_print, device=device, watch=watch, count=count, interval=interval)
         return
 
     interval_s = _interval(interval)
     samples = _count(count)
+    if interval is not None and not watch and samples is None:
+        # Said rather than ignored: the user expected a refreshing view and would get one snapshot.
+        raise UsageError("--interval needs --watch (or --count N): without them memstats takes one snapshot")
     if samples is not None and not watch:
-        watch = True
+        watch = True  # --count N alone: N samples, as `watch -n` users expect
     device_filter = parse_device_filter(device)
     timeout_s = check_timeout(timeout)
     root = check_host_root(host_root)
@@ -74,9 +77,10 @@ def _memstats_cluster(json_out: bool, timeout, host_root: str, params, all_print
         "watch": "watch one host with devctl memstats --watch, or take a snapshot of the cluster again",
         "device": "filter the --json output by process_index and device id (e.g. with jq)",
         "count": "it counts --watch samples",
+        "interval": "it paces --watch samples",
     }
     for name, value in single_host_only.items():
-        if value:
+        if value is not None and value is not False:
             raise UsageError(f"--{name} is not supported with --distributed: {instead.get(name, 'leave it out')}")
     timeout_s = check_timeout(timeout)
     root = check_host_root(host_root)
@@ -88,7 +92,9 @@ def _memstats_cluster(json_out: bool, timeout, host_root: str, params, all_print
     print_cluster(report, json_out)
 
 
-def _interval(text: str) -> float:
+def _interval(text: str | None) -> float:
+    if text is None:
+        return 1.0
     try:
         value = float(text)
     except ValueError:

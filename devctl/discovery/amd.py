@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-from devctl.hostroot import HostRoot, printable
+from devctl.hostroot import HostRoot
+from devctl.text import printable
 from devctl.model.hardware import AmdGpu, AmdReport
 
 TOPOLOGY = "/sys/class/kfd/kfd/topology/nodes"

@@ -12,7 +12,8 @@ import re
 import socket
 import sys
 
-from devctl.hostroot import HostRoot, printable
+from devctl.hostroot import HostRoot
+from devctl.text import printable
 from devctl.model.hardware import HostInfo
 
 THP_PATH = "/sys/kernel/mm/transparent_hugepage/enabled"

@@ -13,7 +13,8 @@ import os
 import re
 from collections.abc import Iterable
 
-from devctl.hostroot import HostRoot, printable
+from devctl.hostroot import HostRoot
+from devctl.text import printable
 from devctl.model.hardware import HolderScan, ProcessRef
 
 

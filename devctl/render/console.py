@@ -78,11 +78,15 @@ def err():
 
 
 def plain(value):
-    """A str as rich Text, shown exactly as it is; anything else unchanged."""
+    """A str as rich Text, shown as it is but for control characters, which are escaped (a plugin's error, an
+    environment variable or a name read from the machine must not move the cursor or forge a line); anything
+    else unchanged."""
     if isinstance(value, str):
         from rich.text import Text
 
-        return Text(value)
+        from devctl.text import printable
+
+        return Text(printable(value))
     return value
 
 

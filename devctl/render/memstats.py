@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
+from devctl.text import printable
 from devctl.render.console import data_table, out
 from devctl.units import format_bytes
 
 _SPARK = "▁▂▃▄▅▆▇█"
+# Table cells and lines carry text other users and jobs wrote (command lines, snapshot fields, file
+# names): every one goes through printable() so no escape sequence or newline reaches the terminal.
+_CELL_CHARS = 4096
+_LINE_CHARS = 1000
+
+
+def _cells(*values) -> list[str]:
+    return [printable(str(v), _CELL_CHARS) for v in values]
 
 
 def device_usage(snapshot, device) -> tuple[int | None, int | None]:
@@ -43,7 +52,7 @@ def snapshot_tables(snapshot, history: dict | None = None, peaks: dict | None = 
         if history is not None:
             used, capacity = device_usage(snapshot, d)
             row[3:3] = [usage_bar(used, capacity, (peaks or {}).get(d.key)), sparkline(history.get(d.key, ()))]
-        devices.add_row(*row)
+        devices.add_row(*_cells(*row))
     tables.append(devices)
 
     if snapshot.processes:
@@ -51,11 +60,11 @@ def snapshot_tables(snapshot, history: dict | None = None, peaks: dict | None = 
         for col in ("pid", "source", "user", "device", "memory", "arrays", "headroom", "command"):
             procs.add_column(col, overflow="fold")
         for p in snapshot.processes:
-            procs.add_row(
+            procs.add_row(*_cells(
                 str(p.pid) + ("" if p.pid_visible else " (other pid ns)"), p.source, p.user or "-", p.device,
                 format_bytes(p.used_bytes), "-" if p.live_arrays is None else str(p.live_arrays),
                 format_bytes(p.headroom_bytes), p.command or "-",
-            )  # fmt: skip
+            ))  # fmt: skip
         tables.append(procs)
     return tables
 
@@ -76,7 +85,7 @@ def summary_lines(snapshot) -> list[str]:
         lines.append("limit: the allocator's bytes_limit, what a new JAX process would get on that device right now")
     lines += [f"note: {n}" for n in snapshot.notes]
     lines += [f"problem: {p}" for p in snapshot.problems]
-    return lines
+    return [printable(line, _LINE_CHARS) for line in lines]
 
 
 def render_snapshot(snapshot) -> None:
