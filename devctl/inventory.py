@@ -181,7 +181,7 @@ def unused_accelerators(backends: list[BackendInfo], devices: list[DeviceInfo], 
     if tpu_chips and "tpu" not in ok:
         reason = _why_not(by_platform.get("tpu"), "no TPU backend: pip install -U 'jax[tpu]'")
         for chip in tpu_chips:
-            held = ", ".join(f"pid {p.pid} ({p.command})" for p in chip.holders)
+            held = ", ".join(f"pid {p.pid} ({p.command or '?'})" for p in chip.holders)
             out.append(UnusedAccelerator("tpu-chip", f"TPU {chip.version}", chip.pci_address, f"held by {held}" if held else reason))
 
     amd = list(getattr(hw.amd, "gpus", None) or ())
