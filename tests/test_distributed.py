@@ -340,7 +340,7 @@ def test_the_join_is_bounded_through_the_runtime_this_jax_calls():
     name = next(n for n in ("_jax", "xla_extension") if hasattr(jd, n))
     original = getattr(jd, name)
     try:
-        d._bound_joining(jd, 5)
+        d._bound_joining(jd, 5, time.monotonic() + 5)
         wrapped = getattr(jd, name)
         assert isinstance(wrapped, d._BoundedRuntime)
         assert wrapped.get_distributed_runtime_client.__func__ is d._BoundedRuntime.get_distributed_runtime_client
@@ -429,3 +429,135 @@ def test_check_distributed_one_report_with_each_host_named_and_exit_1_when_one_f
     cases = ET.parse(junit).getroot().iter("testcase")
     failing = [c.get("name") for c in cases if c.find("failure") is not None]
     assert failing == [failed[0]["name"]] and "process 1" in failing[0]
+
+
+# ---------------------------------------------------------------- clusters started wrongly: the culprit named on every process
+
+
+def test_processes_given_different_num_processes_all_exit_2_naming_the_odd_one():
+    port = free_port()
+    p0 = start("list", 0, 2, port, "--timeout", OK_TIMEOUT)
+    p1 = start("list", 1, 3, port, "--timeout", OK_TIMEOUT)  # JAX lets it join: its id is below process 0's count
+    results = finish([p0, p1], timeout=90)
+    lines = [one_error_line(err) for _, _, err in results]
+    assert [rc for rc, _, _ in results] == [2, 2], lines
+    assert lines[0] == lines[1]  # every process says the same
+    assert "process 0 (" in lines[0] and "has 2 (--num-processes)" in lines[0], lines[0]
+    assert "process 1 (" in lines[0] and "has 3 (--num-processes)" in lines[0], lines[0]
+    assert "give every process the same --num-processes" in lines[0]
+
+
+def test_a_process_id_beyond_process_0s_count_is_named_there():
+    port = free_port()
+    p0 = start("list", 0, 2, port, "--timeout", "3")
+    p2 = start("list", 2, 3, port, "--timeout", "3")  # JAX refuses it: process 0 counts only 0 and 1
+    (rc0, _, err0), (rc2, _, err2) = finish([p0, p2], timeout=60)
+    assert rc2 == 2 and "is not part of the coordinator's cluster" in one_error_line(err2), err2
+    assert "--num-processes 3" in err2 and "give every process the same --num-processes" in err2
+    assert rc0 == 1 and "missing process id 1" in one_error_line(err0), err0
+
+
+def test_a_duplicated_process_id_is_named_not_just_reported_missing():
+    # Process 2 is not missing: its id was given to a second process 1.
+    port = free_port()
+    p0 = start("list", 0, 3, port, "--timeout", "4")
+    ones = [start("list", 1, 3, port, "--timeout", "4") for _ in range(2)]
+    (rc0, _, err0), *rest = finish([p0, *ones], timeout=60)
+    assert rc0 == 2, err0
+    line0 = one_error_line(err0)
+    assert "missing process id 2" in line0 and "two processes registered with the same process id" in line0, line0
+    by_rc = {rc: one_error_line(err) for rc, _, err in rest}
+    assert sorted(by_rc) == [1, 2], by_rc
+    # The one JAX dropped for the other says so itself; the other only knows who never came.
+    assert "another process joined the cluster as process 1" in by_rc[2] and "--process-id" in by_rc[2], by_rc[2]
+    assert "missing process id 2" in by_rc[1], by_rc[1]
+
+
+def test_a_second_process_with_a_running_members_id_is_named_by_the_members(tmp_path):
+    from test_hostile_processes import write_hanging_plugin
+
+    marker = tmp_path / "joined.pid"
+    write_hanging_plugin(tmp_path / "site", "holds_process_0", "sleeps", marker)  # keeps the cluster running after it formed
+    env0 = devctl_env(devices=2, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), str(ROOT)]))
+    port = free_port()
+    p0 = start("list", 0, 2, port, "--timeout", OK_TIMEOUT, env=env0)
+    p1 = start("list", 1, 2, port, "--timeout", OK_TIMEOUT)
+    deadline = time.monotonic() + 90
+    while not marker.exists():  # the plugin runs after joining: both processes are in the cluster
+        assert time.monotonic() < deadline and p0.poll() is None, "the cluster never formed"
+        time.sleep(0.1)
+    late = start("list", 1, 2, port, "--timeout", "5")
+    (rc0, _, err0), (rc1, _, err1), (rc_late, _, err_late) = finish([p0, p1, late], timeout=90)
+    for rc, err in ((rc0, err0), (rc1, err1)):
+        line = one_error_line(err)
+        assert rc == 2 and "two processes were given --process-id 1" in line, line
+    assert rc_late == 1 and one_error_line(err_late)
+
+
+def test_the_coordinator_on_a_name_that_resolves_to_loopback_says_so():
+    host = socket.gethostname()
+    resolved = {i[4][0] for i in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+    if host == "localhost" or not all(a.startswith("127.") or a == "::1" for a in resolved):
+        pytest.skip(f"{host} resolves to {resolved} here, not to loopback only")
+    # What Debian's /etc/hosts does (127.0.1.1): other hosts could never reach process 0; the error says why.
+    port = free_port()
+    argv = [sys.executable, "-m", "devctl", "list", "--distributed", "--coordinator", f"{host}:{port}", "--num-processes", "2",
+            "--process-id", "0", "--timeout", "2"]  # fmt: skip
+    proc = subprocess.run(argv, env=devctl_env(devices=1), capture_output=True, text=True, timeout=60)
+    line = one_error_line(proc.stderr)
+    assert proc.returncode == 1 and "missing process id 1" in line, line
+    assert "listened only on loopback" in line and "JAX_COORDINATOR_BIND_ADDRESS" in line, line
+
+
+def test_a_process_killed_mid_gather_fails_every_process_and_leaves_no_child(tmp_path):
+    # Process 2's checks hang in a plugin while its cluster child waits for its report; then its devctl is SIGKILLed.
+    from test_hostile_processes import alive, descendants_of, kill_all, tcp_sockets, write_hanging_plugin
+
+    marker = tmp_path / "plugin.pid"
+    write_hanging_plugin(tmp_path / "site", "stuck", "sleeps", marker)
+    # Process 2's own temporary directory is left behind by the SIGKILL (the next run sweeps it): keep it out of /tmp.
+    env2 = devctl_env(devices=2, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), str(ROOT)]), TMPDIR=str(tmp_path))
+    port = free_port()
+    common = ("--timeout", "10", "--only", "devices")
+    procs = [start("check", i, 3, port, *common, env=env2 if i == 2 else None) for i in range(3)]
+    deadline = time.monotonic() + 90
+    # Every process's client is connected to the coordinator (the kernel's table) and process 2 sits in its plugin.
+    while not (marker.exists() and len(tcp_sockets(port, state="01", remote=True)) >= 3):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "the cluster never formed"
+        time.sleep(0.1)
+    time.sleep(1)  # registering after connecting takes one round trip
+    children = descendants_of(procs[2].pid)
+    try:
+        assert len(children) >= 2  # its cluster child and its backend probe child (in the plugin)
+        os.kill(procs[2].pid, signal.SIGKILL)
+        (rc0, out0, err0), (rc1, out1, err1), (rc2, _, _) = finish(procs, timeout=90)
+        assert rc2 == -signal.SIGKILL
+        for rc, out, err in ((rc0, out0, err0), (rc1, out1, err1)):
+            line = one_error_line(err)
+            assert rc == 1 and out == "", line  # process 1 too: a scheduler reads every process's exit code
+            assert "process 2 of 3 stopped (died or was killed) during the gather" in line, line
+        assert [c for c in children if alive(c)] == []
+    finally:
+        kill_all(procs, children)
+
+
+# ---------------------------------------------------------------- more logic, in-process
+
+
+def test_count_mismatch_names_each_process_against_process_0():
+    from devctl.probe.distributed import count_mismatch
+
+    same = {i: {"num_processes": 3, "hostname": f"h{i}", "given": True} for i in range(3)}
+    assert count_mismatch(same) is None
+    odd = {**same, 2: {"num_processes": 4, "hostname": "h2", "given": False}}
+    text = count_mismatch(odd)
+    assert "process 0 (h0), the coordinator, has 3 (--num-processes)" in text
+    assert "process 2 (h2) has 4 (auto-detected)" in text and "process 1" not in text
+
+
+def test_the_bind_address_is_the_coordinators_unless_the_user_chose_one():
+    from devctl.probe.distributed import bind_address
+
+    assert bind_address("[::]:8476", "127.0.0.1:8476", {}) == "127.0.0.1:8476"
+    assert bind_address("[::]:8476", "10.0.0.5:8476", {"JAX_COORDINATOR_BIND_ADDRESS": "[::]:8476"}) == "[::]:8476"
+    assert bind_address("[::]:8476", None, {}) == "[::]:8476"  # nothing known to bind to: JAX's own choice

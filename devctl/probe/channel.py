@@ -1,19 +1,24 @@
-"""The child's side of the event pipe (one JSON object per line), and what a child undoes before it leaves.
+"""The child's side of the event pipe (one JSON object per line), what a child undoes before it leaves, and how it dies with devctl.
 
 Events go to a dedicated file descriptor, not stdout, because plugins and
 XLA print to stdout and stderr freely. Every child imports this module before
 jax, which is what lets `release_runtime` tell the files it created from those
-that were there before it.
+that were there before it, and what ties the child to devctl's life before any
+plugin can hang it (`_tie_to_parent`, at the end of this module).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import sys
+import threading
 
 FD_ENV = "DEVCTL_PROBE_FD"
+# "<fd>:<pid>": the read end of the lifeline pipe, whose write end only devctl (pid) holds.
+LIFELINE_ENV = "DEVCTL_PROBE_LIFELINE"
 _out = None
 
 
@@ -137,3 +142,65 @@ def _locked_by_me(identity: tuple[int, int]) -> bool:
             if "->" not in parts and len(parts) >= 6 and parts[4] == me and parts[5] == key:
                 return True
     return False
+
+
+# ---------------------------------------------------------------- dying with devctl
+#
+# A devctl killed with SIGKILL (an OOM kill, a CI runner's timeout, kill -9)
+# runs no cleanup; its children would be re-parented to init and keep a hung
+# plugin, a TPU or a listening port forever. Two independent guards:
+# PR_SET_PDEATHSIG has the kernel SIGKILL the child when devctl goes, even
+# while the child is stuck in C code that holds the GIL; the lifeline thread
+# reads EOF when devctl's end of the pipe closes and ends the child's whole
+# process group (whatever a plugin started), and still works where the death
+# signal was cleared (a plugin that changes the process's uid or gid clears it).
+
+
+def _tie_to_parent() -> None:
+    spec = os.environ.pop(LIFELINE_ENV, None)  # popped: a process this child starts is not a probe child
+    if not spec:
+        return  # not a probe child (devctl itself imports this module too)
+    try:
+        fd_text, pid_text = spec.split(":")
+        fd, parent = int(fd_text), int(pid_text)
+    except ValueError:
+        return
+    _set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != parent:  # devctl died before the signal was armed: nobody will send it now
+        _end_group()
+    threading.Thread(target=_watch_lifeline, args=(fd,), name="devctl-lifeline", daemon=True).start()
+
+
+def _set_parent_death_signal(sig: int) -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the lifeline thread alone guards
+        pass
+
+
+def _watch_lifeline(fd: int) -> None:
+    """Block until devctl's end of the pipe closes (devctl never writes to it), then end this child."""
+    while True:
+        try:
+            if not os.read(fd, 512):
+                break
+        except InterruptedError:
+            continue
+        except OSError:  # not EOF (the descriptor was closed under us): only the death signal guards now
+            return
+    _end_group()
+
+
+def _end_group() -> None:
+    release_runtime()  # stat, /proc and unlink only: cannot hang
+    if os.getpgrp() == os.getpid():  # devctl starts each child in its own session: the group is the child's
+        os.killpg(0, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+_tie_to_parent()

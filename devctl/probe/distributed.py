@@ -19,13 +19,14 @@ its output kept in a file the parent reads to name the missing processes.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import inspect
 import math
 import os
 import re
+import socket
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,10 +36,15 @@ from devctl.errors import DevctlError, UsageError
 from devctl.model.distributed import ClusterParams, Joined
 
 MODULE = "devctl.probe.distributed"
+# Joining is bounded by --timeout, counted from when the child starts to join (jax imported).
 # The client keeps retrying registration this much longer than the service waits for
 # every process, so the service's answer (which names the processes that never
-# registered) always arrives before the client gives up with a bare DEADLINE_EXCEEDED.
-_CONNECT_MARGIN_S = 3
+# registered) arrives before the client gives up with a bare DEADLINE_EXCEEDED.
+_CONNECT_MARGIN_S = 1
+# ... and the child gives up this long after --timeout, whatever JAX is doing: 1 s for the
+# service's answer above, 1 s to leave. So a join waits at most --timeout + 2 s (README).
+JOIN_GRACE_S = 2
+_LOG_NAME = "child.log"
 # Non-zero processes wait for process 0's verdict this much longer than its gather lasts.
 _VERDICT_MARGIN_S = 3
 # Parent watchdog over the child: every phase of the child is bounded by --timeout
@@ -50,6 +56,10 @@ _ALIVE_DIR = "devctl/alive/"
 _BEAT_S = 1.0
 _POLL_S = 1.0
 _VERDICT_KEY = "devctl/verdict"
+_VIEW_KEY = "devctl/view/{}"
+_VIEW_DIR = "devctl/view/"
+_ROLL_CALL_BARRIER = "devctl/roll-call"
+_ROLL_CALL_READ_BARRIER = "devctl/roll-call-read"
 _LEAVE_BARRIER = "devctl/leave"
 _PEER_FAILURE_BARRIER = "devctl/peer-failure"
 
@@ -69,6 +79,8 @@ class _Progress:
     phase: str = "start"
     phase_name: str | None = None
     joined: Joined | None = None
+    reached: bool = False  # the coordinator's port accepted a connection
+    listening: dict | None = None  # on process 0: where the coordinator listens ({address, loopback_only})
     plugin_events: list[dict] = field(default_factory=list)
     versions: dict = field(default_factory=dict)
     marks: dict[str, float] = field(default_factory=dict)  # monotonic time each milestone was seen here
@@ -96,11 +108,11 @@ def exchange(
     Raises UsageError when JAX rejects the cluster parameters, DevctlError when
     a process never joined or sent no report (named), or this process failed.
     """
-    from devctl.probe.runner import _kill, collect, start_child, take_prestarted
+    from devctl.probe.runner import collect, end_child, owned_tempdir, start_child, take_prestarted
 
     progress = _Progress()
-    with tempfile.TemporaryDirectory(prefix="devctl-distributed-") as tmp:
-        log_path = os.path.join(tmp, "child.log")
+    with owned_tempdir("distributed", (_LOG_NAME,)) as tmp:
+        log_path = os.path.join(tmp, _LOG_NAME)
         request = {
             "coordinator": params.coordinator,
             "num_processes": params.num_processes,
@@ -120,7 +132,7 @@ def exchange(
                 try:
                     report = make_report()
                 except BaseException:
-                    _kill(child.proc)
+                    end_child(child)
                     raise
             _send_line(child, report, close=True)
 
@@ -153,6 +165,10 @@ def _track(event: dict, progress: _Progress) -> None:
         progress.phase, progress.phase_name = event.get("kind", "?"), event.get("name")
     elif kind == "joined":
         progress.joined = Joined(event["process_index"], event["num_processes"], event.get("coordinator"))
+    elif kind == "reached":
+        progress.reached = True
+    elif kind == "listening":
+        progress.listening = event
     elif kind == "plugin":
         progress.plugin_events.append(event)
     elif kind == "versions":
@@ -174,7 +190,7 @@ def _outcome(result, progress: _Progress, log: str, params: ClusterParams, timeo
         joined = progress.joined or Joined(gathered["process_index"], gathered["num_processes"], params.coordinator)
         missing = gathered.get("missing") or []
         prints = joined.process_index == 0 or all_print
-        if missing and prints:
+        if missing:  # every process fails, not only the one that prints: a scheduler reads each one's exit code
             raise DevctlError(_missing_message(missing, gathered.get("dead") or [], joined, timeout_s))
         marks = progress.marks
         join_s = marks["joined"] - marks["join"] if "join" in marks and "joined" in marks else None
@@ -184,7 +200,7 @@ def _outcome(result, progress: _Progress, log: str, params: ClusterParams, timeo
     if error is not None:
         cls = UsageError if error.get("kind") == "usage" else DevctlError
         raise cls(error.get("message") or "distributed: the cluster probe failed")
-    raise DevctlError(_crash_message(result, progress, log, params, timeout_s))
+    raise _crash_error(result, progress, log, params, timeout_s)
 
 
 def _who(joined: Joined | None, params: ClusterParams) -> str:
@@ -208,13 +224,20 @@ def _missing_message(missing: list[int], dead: list[int], joined: Joined, timeou
     return f"distributed: {'; '.join(parts)}; run devctl list on {hosts} to see why"
 
 
-def _crash_message(result, progress: _Progress, log: str, params: ClusterParams, timeout_s: float) -> str:
+def _crash_error(result, progress: _Progress, log: str, params: ClusterParams, timeout_s: float) -> DevctlError:
     who = _who(progress.joined, params)
+    duplicate = _duplicate_in(log)
     if progress.phase in ("start", "import"):
-        return f"distributed: {who}: the probe child {result.failure_text()} while importing jax{_log_hint(log)}"
+        return DevctlError(f"distributed: {who}: the probe child {result.failure_text()} while importing jax{_log_hint(log)}")
     if progress.phase == "join":
-        return _join_failure(log, params, timeout_s, who)
+        return _join_failure(log, params, progress, timeout_s, who)
+    if duplicate is not None:  # a second process registered with a running member's id; JAX then ends every member
+        return UsageError(
+            f"distributed: {who} was ended by JAX: a second process tried to join as process {duplicate} while the cluster ran: "
+            f"two processes were given --process-id {duplicate}; give each process its own"
+        )
     where = {
+        "roll-call": "comparing every process's --num-processes",
         "backend": f"initializing backend {progress.phase_name!r}",
         "plugin": f"loading plugin {progress.phase_name}",
         "report": "waiting for its own report",
@@ -222,37 +245,102 @@ def _crash_message(result, progress: _Progress, log: str, params: ClusterParams,
         "verdict": "waiting for process 0's verdict",
     }.get(progress.phase, f"in phase {progress.phase!r}")
     if progress.phase in ("gather", "verdict") and _service_lost(log):
-        return f"distributed: {who} lost the coordinator (process 0) during the gather: it died or was killed"
+        return DevctlError(f"distributed: {who} lost the coordinator (process 0) during the gather: it died or was killed")
     if progress.joined is not None and _JAX_GAVE_UP in log:
         # JAX ends every process once the service reports a failure; the process that failed is named elsewhere.
-        return f"distributed: {who} was ended by JAX while {where}: another process of the cluster failed (process 0 names it, unless it is the one)"
-    return f"distributed: {who}: the probe child {result.failure_text()} while {where}{_log_hint(log)}"
+        return DevctlError(
+            f"distributed: {who} was ended by JAX while {where}: another process of the cluster failed (process 0 names it, unless it is the one)"
+        )
+    return DevctlError(f"distributed: {who}: the probe child {result.failure_text()} while {where}{_log_hint(log)}")
 
 
-def _join_failure(log: str, params: ClusterParams, timeout_s: float, who: str) -> str:
+_SAME_ID = "give each process its own --process-id"
+_SAME_COUNT = "give every process the same --num-processes"
+
+
+def _join_failure(log: str, params: ClusterParams, progress: _Progress, timeout_s: float, who: str) -> DevctlError:
+    """Why this process is not in a cluster after --timeout, from JAX's own words where it said any."""
+    me = params.process_id
+    if _NEWER_REGISTRATION in log:  # the service dropped this process for a later one with the same id
+        return UsageError(
+            f"distributed: {who}: another process joined the cluster as process {me if me is not None else '(this id)'} "
+            f"after this one: two processes were given the same process id; {_SAME_ID}"
+        )
+    m = _OUT_OF_RANGE_RE.search(log)
+    if m:
+        given = f" (--num-processes {params.num_processes})" if params.num_processes is not None else ""
+        return UsageError(
+            f"distributed: {who} is not part of the coordinator's cluster: process 0 was started with {m.group(1)} or fewer "
+            f"processes, this process with more{given}; {_SAME_COUNT}"
+        )
     barrier = parse_register_barrier(log)
     if barrier is not None:
-        missing, arrived, total = barrier
-        named = _ids(missing) if missing else "(JAX did not name them)"
-        more = total - arrived - len(missing)
-        if missing and more > 0:
-            named += f" and {more} more"
-        count = total - arrived
-        return (
-            f"distributed: {count} of {total} {_plural(range(total), 'process', 'processes')} never joined the cluster "
-            f"within {timeout_s:g} s: missing process {'id' if count == 1 else 'ids'} {named}; "
-            f"every process must run the same devctl command with --distributed"
-        )
+        return _barrier_failure(barrier, log, params, progress, timeout_s)
     if params.process_id == 0:  # it is the coordinator: the others did not come, and JAX's log did not say which
-        return (
+        return DevctlError(
             f"distributed: not every process joined the cluster within {timeout_s:g} s (JAX did not say which); "
-            f"every process must run the same devctl command with --distributed"
+            f"every process must run the same devctl command with --distributed{_loopback_hint(progress)}"
         )
     where = params.coordinator or "the auto-detected address"
-    return (
+    if progress.reached:
+        return DevctlError(
+            f"distributed: {who} could not join the cluster at {where} within {timeout_s:g} s: its port is open, but the cluster "
+            f"did not form (a process is missing, process 0 names it; or what listens there is not process 0)"
+        )
+    return DevctlError(
         f"distributed: {who} got no answer from the coordinator (process 0) at {where} within {timeout_s:g} s: "
         f"start process 0 too, and check that this host can reach that address and port"
     )
+
+
+def _barrier_failure(barrier, log: str, params: ClusterParams, progress: _Progress, timeout_s: float) -> DevctlError:
+    missing, arrived, total = barrier
+    if params.num_processes is not None and params.num_processes != total:
+        return UsageError(
+            f"distributed: the coordinator (process 0) expects {total} processes, this process was given "
+            f"--num-processes {params.num_processes}; {_SAME_COUNT}"
+        )
+    named = _ids(missing) if missing else "(JAX did not name them)"
+    more = total - arrived - len(missing)
+    if missing and more > 0:
+        named += f" and {more} more"
+    count = total - arrived
+    message = (
+        f"distributed: {count} of {total} {_plural(range(total), 'process', 'processes')} never joined the cluster "
+        f"within {timeout_s:g} s: missing process {'id' if count == 1 else 'ids'} {named}"
+    )
+    if _SAME_TASK_AGAIN in log:  # only process 0, which hosts the service, sees this
+        return UsageError(
+            f"{message}, and two processes registered with the same process id (one id given twice leaves another unused); {_SAME_ID}"
+        )
+    return DevctlError(f"{message}; every process must run the same devctl command with --distributed{_loopback_hint(progress)}")
+
+
+def _loopback_hint(progress: _Progress) -> str:
+    """Process 0 listened only on loopback because the coordinator's name resolves there (Debian's 127.0.1.1): say so."""
+    listening = progress.listening or {}
+    if not listening.get("loopback_only") or listening.get("loopback_literal"):
+        return ""
+    return (
+        f" (the coordinator listened only on loopback: {listening.get('address')} resolves to a loopback address on this host, "
+        f"which processes on other hosts cannot reach; give --coordinator an address they can reach, or set JAX_COORDINATOR_BIND_ADDRESS)"
+    )
+
+
+# What the coordination service says (jax 0.4.36 to 0.12) when one process id registers twice:
+# to the earlier of the two, while they wait for the others;
+_NEWER_REGISTRATION = "request from a newer incarnation"
+# in process 0's log, for the same event (it does not say which id);
+_SAME_TASK_AGAIN = "more recent barrier call for [Init]Wait_for_all_tasks_to_register"
+# to every member, when the second one comes after the cluster formed;
+_DIFFERENT_INCARNATION_RE = re.compile(r"(\d+) unexpectedly tried to connect with a different incarnation")
+# and to a process whose id is not below process 0's --num-processes.
+_OUT_OF_RANGE_RE = re.compile(r"Unexpected task registered with task=(\d+)")
+
+
+def _duplicate_in(log: str) -> int | None:
+    m = _DIFFERENT_INCARNATION_RE.search(log)
+    return int(m.group(1)) if m else None
 
 
 # The coordination service's own account of a registration barrier that timed out:
@@ -325,9 +413,10 @@ def _child_main() -> None:
     timeout_s = float(request.get("timeout_s") or 30)
     _prefer_gloo(jax)
     emit("phase", kind="join", name=request.get("coordinator") or "auto-detect", t=time.monotonic())
-    _give_up_joining_after(max(1, math.ceil(timeout_s)) + _CONNECT_MARGIN_S + 1)
+    deadline = time.monotonic() + timeout_s
+    _give_up_joining_at(deadline + JOIN_GRACE_S)
     try:
-        _join(jax, distributed, request, timeout_s)
+        _join(jax, distributed, request, timeout_s, deadline)
     except (ValueError, TypeError) as e:
         # JAX's own checks of the parameters it auto-detected or was given.
         _fail("usage", f"distributed: JAX found no complete cluster to join ({_first_line(e).rstrip('.')}): {_HOW_TO_JOIN}")
@@ -336,7 +425,62 @@ def _child_main() -> None:
     _joined.set()
     state = distributed.global_state
     emit("joined", process_index=state.process_id, num_processes=state.num_processes, coordinator=state.coordinator_address, t=time.monotonic())
+    _roll_call(state.client, state.process_id, state.num_processes, request, timeout_s)
     _take_part(jax, state.client, state.process_id, state.num_processes, request, timeout_s)
+
+
+def _roll_call(client, me: int, n: int, request: dict, timeout_s: float) -> None:
+    """Compare every process's own idea of the cluster right after joining, and fail every process alike on a mismatch.
+
+    JAX checks a process's id against process 0's count, nothing more: a
+    process started with another --num-processes joins, and would then wait
+    on the others (a multi-process backend, the gather) for what never comes.
+    """
+    from devctl.probe.channel import emit
+
+    view = {"num_processes": n, "hostname": socket.gethostname(), "pid": os.getpid(), "given": request.get("num_processes") is not None}
+    emit("phase", kind="roll-call", name=f"{n} processes")
+    try:
+        client.key_value_set(_VIEW_KEY.format(me), json.dumps(view))
+        client.wait_at_barrier(_ROLL_CALL_BARRIER, _ms(timeout_s))
+        views = {int(k.rsplit("/", 1)[1]): json.loads(v) for k, v in client.key_value_dir_get(_VIEW_DIR)}
+    except Exception as e:
+        _fail("join", f"distributed: process {me}: not every process answered devctl's roll call within {timeout_s:g} s of joining ({_first_line(e)})")
+    message = count_mismatch(views)
+    if message is None:
+        return
+    # Said first: once process 0 leaves, JAX may end the others before they could say anything.
+    emit("error", kind="usage", message=message)
+    # Process 0 hosts the service: it must not leave before every process has read the views and said so.
+    with contextlib.suppress(Exception):
+        client.wait_at_barrier(_ROLL_CALL_READ_BARRIER, _ms(timeout_s))
+    from devctl.probe.channel import release_runtime
+
+    release_runtime()
+    os._exit(1)
+
+
+def count_mismatch(views: dict[int, dict]) -> str | None:
+    """One line naming the processes whose num_processes differs from process 0's (which the coordinator uses), or None."""
+    expected = (views.get(0) or {}).get("num_processes")
+    odd = [i for i in sorted(views) if views[i].get("num_processes") != expected]
+    if not odd:
+        return None
+
+    def source(v: dict) -> str:
+        return "--num-processes" if v.get("given") else "auto-detected"
+
+    host0 = (views.get(0) or {}).get("hostname", "?")
+    named = "; ".join(f"process {i} ({views[i].get('hostname', '?')}) has {views[i].get('num_processes')} ({source(views[i])})" for i in odd[:8])
+    more = f" and {len(odd) - 8} more" if len(odd) > 8 else ""
+    return (
+        f"distributed: the processes disagree on the number of processes: process 0 ({host0}), the coordinator, has {expected} "
+        f"({source(views.get(0) or {})}); {named}{more}; {_SAME_COUNT}"
+    )
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
 
 
 def _take_part(jax, client, me: int, n: int, request: dict, timeout_s: float) -> None:
@@ -380,21 +524,25 @@ _HOW_TO_JOIN = (
 _joined = threading.Event()
 
 
-def _give_up_joining_after(seconds: float) -> None:
+def _give_up_joining_at(deadline: float) -> None:
     """A client that cannot reach the coordinator retries well past its init timeout: end it on time.
 
     The parent names who is missing from JAX's log, as for every failed join.
     """
 
     def watch() -> None:
-        if not _joined.wait(seconds):
-            from devctl.probe.channel import emit, release_runtime
-
-            emit("join_timeout", seconds=seconds)
-            release_runtime()
-            os._exit(1)
+        if not _joined.wait(max(0.0, deadline - time.monotonic())):
+            _give_up_joining()
 
     threading.Thread(target=watch, name="devctl-join-deadline", daemon=True).start()
+
+
+def _give_up_joining() -> None:
+    from devctl.probe.channel import emit, release_runtime
+
+    emit("join_timeout")
+    release_runtime()
+    os._exit(1)
 
 
 def _fail(kind: str, message: str) -> None:
@@ -430,9 +578,9 @@ def _prefer_gloo(jax) -> None:
         pass
 
 
-def _join(jax, distributed, request: dict, timeout_s: float) -> None:
+def _join(jax, distributed, request: dict, timeout_s: float, deadline: float) -> None:
     seconds = max(1, math.ceil(timeout_s))
-    _bound_joining(distributed, seconds)
+    _bound_joining(distributed, seconds, deadline)
     kwargs: dict[str, Any] = {
         "initialization_timeout": seconds + _CONNECT_MARGIN_S,
         # Heartbeats must never end the run before devctl's own, named, timeouts do.
@@ -449,12 +597,21 @@ def _join(jax, distributed, request: dict, timeout_s: float) -> None:
 
 
 class _BoundedRuntime:
-    """jaxlib's runtime module, with JAX's two waits on joining made to end on time and early.
+    """jaxlib's runtime module, with JAX's two waits on joining made to end on time and early, and its service bound where asked.
 
     The service is told how long to wait for every process to register:
     jax.distributed.initialize leaves that to the service's default, which is
     longer than its clients wait, and the clients then die with a bare
     DEADLINE_EXCEEDED instead of the service's error naming who never came.
+
+    The service listens on the coordinator's address, not on JAX's default
+    `[::]:PORT` (every interface, IPv4 and IPv6): `--coordinator
+    127.0.0.1:PORT` must not open the port to the network. The address is the
+    one every process connects to (given, or auto-detected by JAX), so the
+    others reach it as before, unless that name resolves to loopback on process
+    0 itself (Debian's 127.0.1.1 for the host's own name): the join failure
+    then says so. JAX_COORDINATOR_BIND_ADDRESS, where set, is the user's own
+    choice and is left to JAX.
 
     The client is created only once the coordinator listens: a gRPC client
     that finds the port closed backs off for a second or more before it tries
@@ -462,26 +619,60 @@ class _BoundedRuntime:
     reach the coordinator before process 0 has opened it.
     """
 
-    def __init__(self, runtime, seconds: int):
+    def __init__(self, runtime, seconds: int, deadline: float, state=None):
         self._runtime = runtime
         self._seconds = seconds
+        self._deadline = deadline
+        self._state = state
 
     def __getattr__(self, name: str):
         return getattr(self._runtime, name)
 
-    def get_distributed_runtime_service(self, *args, **kwargs):
+    def get_distributed_runtime_service(self, address, *args, **kwargs):
+        address = bind_address(address, getattr(self._state, "coordinator_address", None), os.environ)
         try:
-            return self._runtime.get_distributed_runtime_service(*args, cluster_register_timeout=self._seconds, **kwargs)
+            service = self._runtime.get_distributed_runtime_service(address, *args, cluster_register_timeout=self._seconds, **kwargs)
         except TypeError:  # a jaxlib without the parameter
-            return self._runtime.get_distributed_runtime_service(*args, **kwargs)
+            service = self._runtime.get_distributed_runtime_service(address, *args, **kwargs)
+        from devctl.probe.channel import emit
+
+        emit("listening", address=address, **_exposure(address))
+        return service
 
     def get_distributed_runtime_client(self, address, *args, **kwargs):
-        wait_until_listening(address, self._seconds)
+        if not wait_until_listening(address, self._deadline - time.monotonic()):
+            _give_up_joining()  # nobody listens there: no use starting a client that retries past --timeout
+        from devctl.probe.channel import emit
+
+        emit("reached", address=address)
         return self._runtime.get_distributed_runtime_client(address, *args, **kwargs)
 
 
+def bind_address(jax_choice: str, coordinator: str | None, environ) -> str:
+    """Where process 0's service listens: the coordinator's own address, unless the user set JAX_COORDINATOR_BIND_ADDRESS."""
+    if environ.get("JAX_COORDINATOR_BIND_ADDRESS") or not coordinator:
+        return jax_choice
+    return coordinator
+
+
+def _exposure(address: str) -> dict:
+    """Whether the service listens on loopback only, and whether the address said so literally (for the join-failure hint)."""
+    host = address.rpartition(":")[0].strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+        return {"loopback_only": ip.is_loopback, "loopback_literal": ip.is_loopback}
+    except ValueError:
+        pass
+    try:  # gRPC has just resolved it the same way; this is answered from the same sources
+        resolved = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        loopback = bool(resolved) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in resolved)
+    except (OSError, ValueError):
+        loopback = False
+    return {"loopback_only": loopback, "loopback_literal": host == "localhost"}
+
+
 def wait_until_listening(address: str, seconds: float, poll_s: float = 0.01) -> bool:
-    """Whether HOST:PORT accepted a TCP connection within `seconds`; past that, JAX's own connect reports the failure."""
+    """Whether HOST:PORT accepted a TCP connection within `seconds` (False at once for an address without a port)."""
     import socket
 
     host, _, port = str(address).rpartition(":")
@@ -499,12 +690,12 @@ def wait_until_listening(address: str, seconds: float, poll_s: float = 0.01) -> 
             time.sleep(poll_s)
 
 
-def _bound_joining(distributed, seconds: int) -> None:
+def _bound_joining(distributed, seconds: int, deadline: float) -> None:
     # jax._src.distributed calls the runtime through `_jax` (jax 0.6 on) or `xla_extension` (before).
     for name in ("_jax", "xla_extension"):
         runtime = getattr(distributed, name, None)
         if runtime is not None and hasattr(runtime, "get_distributed_runtime_service"):
-            setattr(distributed, name, _BoundedRuntime(runtime, seconds))
+            setattr(distributed, name, _BoundedRuntime(runtime, seconds, deadline, getattr(distributed, "global_state", None)))
             return
 
 

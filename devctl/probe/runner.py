@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
+import re
 import selectors
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from devctl.errors import UsageError
-from devctl.probe.channel import FD_ENV
+from devctl.probe.channel import FD_ENV, LIFELINE_ENV
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = 60.0
@@ -92,25 +97,88 @@ class Child:
     proc: subprocess.Popen
     read_fd: int
     started: float
+    # The write end of the child's lifeline pipe, held only here: when devctl dies, however it dies,
+    # the kernel closes it and the child reads EOF (devctl.probe.channel ends it and its group then).
+    lifeline_fd: int | None = None
 
 
 def start_child(module: str, request: dict | None = None, *, env: dict[str, str] | None = None) -> Child:
     """Start `python -m <module> <request-json>`; with request None the child reads it from stdin (see send_request)."""
     read_fd, write_fd = os.pipe()
+    life_read, life_write = os.pipe()  # both non-inheritable: no other child ever holds this child's lifeline
     full_env = child_env(env)
     full_env[FD_ENV] = str(write_fd)
+    full_env[LIFELINE_ENV] = f"{life_read}:{os.getpid()}"
     argv = [sys.executable, "-m", module, "-" if request is None else json.dumps(request)]
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE if request is None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        pass_fds=(write_fd,),
-        env=full_env,
-        start_new_session=True,  # Ctrl-C reaches devctl, which then ends the child itself
-    )
-    os.close(write_fd)
-    return Child(module, proc, read_fd, time.monotonic())
+    try:
+        proc = _spawn(
+            argv,
+            stdin=subprocess.PIPE if request is None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=(write_fd, life_read),
+            env=full_env,
+            start_new_session=True,  # Ctrl-C reaches devctl, which then ends the child itself
+        )
+    except BaseException:
+        os.close(read_fd)
+        os.close(life_write)
+        raise
+    finally:
+        os.close(write_fd)
+        os.close(life_read)
+    return Child(module, proc, read_fd, time.monotonic(), life_write)
+
+
+def end_child(child: Child) -> None:
+    """Kill a child that will not be collected, and let go of its pipes."""
+    _kill(child.proc)
+    with contextlib.suppress(OSError):
+        os.close(child.read_fd)
+    _cut_lifeline(child)
+
+
+def _cut_lifeline(child: Child) -> None:
+    if child.lifeline_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(child.lifeline_fd)
+        child.lifeline_fd = None
+
+
+# ---------------------------------------------------------------- spawning from one thread that lives as long as devctl
+
+_spawn_queue: queue.SimpleQueue | None = None
+_spawn_lock = threading.Lock()
+
+
+def _spawn(argv: list[str], **kwargs) -> subprocess.Popen:
+    """Popen from the main thread, or from the one spawner thread, never from a short-lived worker.
+
+    The kernel sends a child its parent-death signal when the *thread* that
+    forked it ends, not the process (prctl(2), PR_SET_PDEATHSIG): a child
+    started from a pool thread that later finishes would be killed mid-probe.
+    """
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(argv, **kwargs)
+    from concurrent.futures import Future
+
+    global _spawn_queue
+    with _spawn_lock:
+        if _spawn_queue is None:
+            _spawn_queue = queue.SimpleQueue()
+            threading.Thread(target=_spawner, args=(_spawn_queue,), name="devctl-spawner", daemon=True).start()
+    done: Future = Future()
+    _spawn_queue.put((argv, kwargs, done))
+    return done.result()
+
+
+def _spawner(requests: queue.SimpleQueue) -> None:
+    while True:
+        argv, kwargs, done = requests.get()
+        try:
+            done.set_result(subprocess.Popen(argv, **kwargs))
+        except BaseException as e:  # handed to the thread that asked
+            done.set_exception(e)
 
 
 def send_request(child: Child, request: dict) -> None:
@@ -131,6 +199,7 @@ def collect(child: Child, *, timeout_s: float, on_event: Callable[[dict], None] 
     result = ChildResult()
     try:
         _pump(proc, child.read_fd, result, timeout_s, on_event)
+        result.returncode = proc.wait()
     except BaseException:
         _kill(proc)
         raise
@@ -138,7 +207,7 @@ def collect(child: Child, *, timeout_s: float, on_event: Callable[[dict], None] 
         os.close(child.read_fd)
         if proc.stdout:
             proc.stdout.close()
-    result.returncode = proc.wait()
+        _cut_lifeline(child)  # after wait(): a child that is still leaving must not read it as devctl gone
     result.elapsed_s = time.monotonic() - child.started
     return result
 
@@ -178,8 +247,7 @@ def take_prestarted(module: str) -> Child | None:
 def _discard(module: str) -> None:
     child = _prestarted.pop(module, None)
     if child is not None:
-        _kill(child.proc)
-        os.close(child.read_fd)
+        end_child(child)
 
 
 def _pump(proc, read_fd, result: ChildResult, timeout_s: float, on_event) -> None:
@@ -234,3 +302,123 @@ def _kill(proc: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+# ---------------------------------------------------------------- a child's files, and what a killed devctl left behind
+#
+# A devctl killed by SIGKILL cannot remove its temporary directory. Each one is
+# named `devctl-<kind>-<pid>-<start>-<random>` (start: the owner's start time in
+# clock ticks since boot, /proc/<pid>/stat field 22, so a reused pid is not
+# mistaken for the owner) and locked (flock) by its owner while it lives, which
+# also covers an owner in another pid namespace sharing /tmp. The next run
+# removes one only when all of this holds: the name matches, it is a directory
+# (not a link) owned by this user, its owner process is gone, nobody holds its
+# lock; and then only the files devctl writes there, so anything else in it
+# keeps the directory too.
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # the command name may hold spaces and parentheses
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _owner_alive(pid: int, start: int) -> bool:
+    now = _start_ticks(pid)
+    if now is not None:
+        return now == start
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, and /proc does not show it to us: assume it is the owner
+        return True
+    return True
+
+
+def _tempdir_pattern(kind: str) -> re.Pattern:
+    # mkdtemp's random part: 8 of [a-z0-9_].
+    return re.compile(rf"devctl-{re.escape(kind)}-(\d+)-(\d+)-[a-z0-9_]{{8}}")
+
+
+@contextlib.contextmanager
+def owned_tempdir(kind: str, files: tuple[str, ...]) -> Iterator[str]:
+    """A private directory for a child's files (only `files` are ever written there), removed on the way out.
+
+    Directories of earlier runs that were killed before they could remove
+    theirs are removed first (see above for what makes one removable).
+    """
+    import fcntl
+    import tempfile
+
+    sweep_orphaned_tempdirs(kind, files)
+    me = os.getpid()
+    path = tempfile.mkdtemp(prefix=f"devctl-{kind}-{me}-{_start_ticks(me) or 0}-")
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield path
+    finally:
+        _remove_own(path, fd, files)
+        os.close(fd)
+
+
+def sweep_orphaned_tempdirs(kind: str, files: tuple[str, ...], directory: str | None = None) -> list[str]:
+    """Remove what devctl runs that died left in `directory` (default: the temporary directory); returns the paths removed."""
+    import tempfile
+
+    directory = directory or tempfile.gettempdir()
+    pattern = _tempdir_pattern(kind)
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if not m:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or _owner_alive(int(m[1]), int(m[2])):
+            continue
+        if _remove_if_unlocked(entry.path, files):
+            removed.append(entry.path)
+    return removed
+
+
+def _remove_if_unlocked(path: str, files: tuple[str, ...]) -> bool:
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # its owner still holds it (or the file system cannot say): leave it
+            return False
+        return _remove_own(path, fd, files)
+    finally:
+        os.close(fd)
+
+
+def _remove_own(path: str, dir_fd: int, files: tuple[str, ...]) -> bool:
+    """Unlink `files` (regular files only) inside the open directory, then the directory if nothing else is in it."""
+    for name in files:
+        try:
+            if stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                os.unlink(name, dir_fd=dir_fd)
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)  # fails, as it should, when something devctl did not write is in it
+        return True
+    except OSError:
+        return False
