@@ -36,7 +36,8 @@ def cluster_from_flags(
     distributed: bool, coordinator: str | None, num_processes: str | None, process_id: str | None, all_print: bool
 ) -> ClusterParams | None:
     """None when no cluster flag was given; else the validated cluster (a cluster flag without --distributed is bad input)."""
-    if not (distributed or coordinator or num_processes or process_id or all_print):
+    # `is None`, not falsiness: `--coordinator ''` was given, and is bad input, not absent.
+    if not distributed and not all_print and coordinator is None and num_processes is None and process_id is None:
         return None
     check_cluster_flags(distributed, coordinator=coordinator, num_processes=num_processes, process_id=process_id, all_print=all_print)
     return cluster_params(coordinator, num_processes, process_id)

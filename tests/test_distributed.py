@@ -235,6 +235,8 @@ def test_bad_cluster_flags_exit_2_with_one_line():
     assert_usage_error(run_devctl("list", "--distributed", "--coordinator", "h:1", "--num-processes", "2", "--process-id", "5"), "--process-id 5")
     assert_usage_error(run_devctl("memstats", "--process-id", "0"), "--process-id needs --distributed")
     assert_usage_error(run_devctl("memstats", "--distributed", "--watch"), "--watch is not supported with --distributed")
+    # An empty value was given: it is bad input, not an absent flag.
+    assert_usage_error(run_devctl("list", "--coordinator", ""), "--coordinator needs --distributed")
 
 
 def test_cluster_params_accept_what_jax_accepts():
