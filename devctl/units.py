@@ -6,7 +6,10 @@ import re
 
 _BINARY = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DECIMAL = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
+# ASCII digits only, and at most 20 of them before the point: '²' or 10,000 nines are not sizes, and
+# int() of a long digit string would hit Python's 4300-digit limit with a traceback.
+_NUMBER = r"(\d{1,20})(?:\.(\d{1,20}))?"
+_SIZE_RE = re.compile(rf"^\s*{_NUMBER}\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE | re.ASCII)
 
 
 def parse_size(text: str) -> int:
@@ -17,22 +20,58 @@ def parse_size(text: str) -> int:
     """
     m = _SIZE_RE.match(text)
     if not m:
-        raise ValueError(f"not a size: {text!r} (use a number with an optional K, M, G, T suffix, e.g. 64M)")
-    number, prefix, iec, b = m.groups()
+        raise ValueError(f"not a size: {_q(text)} (use a number with an optional K, M, G, T suffix, e.g. 64M)")
+    whole, frac, prefix, iec, b = m.groups()
     prefix = prefix.lower()
     decimal = bool(b) and not iec and prefix != ""
-    value = float(number) * (_DECIMAL if decimal else _BINARY)[prefix]
-    if value != int(value):
-        raise ValueError(f"not a whole number of bytes: {text!r}")
-    return int(value)
+    unit = (_DECIMAL if decimal else _BINARY)[prefix]
+    # In integers: no float rounding, and no overflow to inf for a long number.
+    frac = frac or ""
+    scaled, den = int(whole + frac) * unit, 10 ** len(frac)
+    if scaled % den:
+        raise ValueError(f"not a whole number of bytes: {_q(text)}")
+    return scaled // den
+
+
+# Rates: B is a byte and b a bit, as on every data sheet; 'bit' and 'bits' are bits whatever the case.
+# What could be either ('10G', '10gb/s') is refused rather than guessed.
+_RATE_RE = re.compile(
+    r"^\s*(\d{1,20}(?:\.\d{1,20})?)\s*([kKmMgGtT]?)((?<=[kKmMgGtT])[iI])?(B|b|bits?|BITS?|Bits?)?\s*(/\s*s|ps)?\s*$", re.ASCII
+)
+RATE_HELP = "a rate such as 10GB/s (gigabytes), 80Gb/s or 80Gbit/s (gigabits) or 9.3GiB/s; a bare number is GB/s"
 
 
 def parse_rate_gbps(text: str) -> float:
-    """GB/s (decimal) from '10GB/s', '10 GB/s', '10'. Raises ValueError."""
-    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*(?:GB/s|GB|G)?\s*$", text, re.IGNORECASE)
+    """Decimal GB/s from '10GB/s', '10 GB/s', '80Gb/s', '80Gbit/s', '80Gbps', '9.3GiB/s', '500MB/s', '10'.
+
+    A bare number is GB/s (the unit devctl prints). Raises ValueError naming what is accepted.
+    """
+    m = _RATE_RE.match(text)
     if not m:
-        raise ValueError(f"not a rate: {text!r} (use GB/s, e.g. 10GB/s)")
-    return float(m.group(1))
+        raise ValueError(f"not a rate: {_q(text)}; give {RATE_HELP}")
+    number, prefix, iec, unit, per_second = m.groups()
+    if unit is None:
+        if per_second and not prefix:
+            raise ValueError(f"not a rate: {_q(text)}; give {RATE_HELP}")
+        if prefix:
+            raise ValueError(_ambiguous(text, number, prefix + (iec or "")))
+        return float(number)
+    if unit == "b" and prefix in ("m", "g", "t"):
+        raise ValueError(_ambiguous(text, number, prefix + (iec or "")))
+    bits = unit != "B"
+    scale = (_BINARY if iec else _DECIMAL)[prefix.lower()]
+    return float(number) * scale / (8 if bits else 1) / 1e9
+
+
+def _ambiguous(text: str, number: str, prefix: str) -> str:
+    # '10G' is ten gigabits on a network card and ten gigabytes to others; 'gb' has neither case right.
+    p = prefix[0].upper() + prefix[1:].lower()
+    return f"ambiguous rate {_q(text)}: write {number}{p}B/s for bytes or {number}{p}bit/s for bits"
+
+
+def _q(text: str) -> str:
+    """The text quoted in an error, cut short: a 100,000-character argument must not become the message."""
+    return repr(text) if len(text) <= 60 else f"{text[:60]!r}... ({len(text)} characters)"
 
 
 def format_bytes(n: float | int | None) -> str:

@@ -207,11 +207,16 @@ def test_single_device_skips_d2d_with_a_note():
     assert c["skipped"] and c["gbps"] is None and c["samples"] == 0 and "2 devices" in c["note"]
 
 
-def test_huge_size_is_skipped_not_crashed():
-    doc = bench("--sizes", "4K,16T", "--repeats", "3", "--direction", "h2d")
-    huge = one(doc, size_bytes=16 << 40)
-    assert huge["skipped"] and "host memory" in huge["note"]
-    assert one(doc, size_bytes=4 * KIB)["gbps"] > 0
+def test_size_this_machine_cannot_hold_is_bad_input_naming_the_limit():
+    # 16T can never run here: an error naming the size, the estimate and the machine's memory, not a run of skipped cells.
+    from devctl.cli.bench import host_memory_limit
+    from devctl.units import format_bytes
+
+    proc = run_devctl("bench", "transfer", "--sizes", "4K,16T", "--repeats", "3", "--direction", "h2d", "--json", env=cpu_env())
+    limit, _ = host_memory_limit()
+    # h2d on CPU devices: the pattern, the roof's buffer, the result and the verification's comparison.
+    assert_usage_error(proc, "--sizes 16T", f"about {format_bytes(4 * (16 << 40))}", "(4x the size", format_bytes(limit), "give sizes up to")
+    assert proc.stdout == ""
 
 
 def test_quick_runs_and_validates():
@@ -336,6 +341,25 @@ def test_gate_with_no_matching_cell_is_bad_input(tmp_path, baseline_doc):
         (("--src", "1", "--dst", "1"), "d2d-self"),
         (("--max-regression", "10%"), "--baseline"),
         (("--timeout", "0"), "--timeout"),
+        # An empty value is an error, never "the default" (a script's variable that came out empty).
+        (("--direction", ""), "--direction is empty"),
+        (("--direction", "h2d,"), "empty entry"),
+        (("--variants", ""), "--variants is empty"),
+        (("--device", ""), "--device is empty"),
+        (("--sizes", ""), "--sizes is empty"),
+        (("--device", "²"), "'²'"),  # str.isdigit() says yes, int() says no
+        (("--device", "9" * 5000), "is not a device id"),
+        (("--sizes", "9" * 5000), "not a size"),
+        # Flags that would be silently ignored together.
+        (("--src", "0", "--all-pairs"), "--all-pairs"),
+        (("--dst", "1", "--all-pairs"), "--all-pairs"),
+        (("--sharded", "--device", "1"), "--sharded uses every local device"),
+        (("--replicated", "--src", "0", "--dst", "1"), "--src does not apply"),
+        (("--sharded", "--replicated", "--all-pairs"), "--all-pairs does not apply"),
+        (("--sharded", "--variants", "all"), "--variants does not apply"),
+        (("--direction", "h2d", "--src", "1"), "--src chooses d2d pairs"),
+        (("--direction", "h2d,d2h", "--all-pairs"), "--all-pairs chooses d2d pairs"),
+        (("--direction", "d2d", "--src", "0", "--dst", "1", "--device", "2"), "nothing to choose"),
     ],
 )
 def test_bad_flags_fail_fast_with_one_line(args, needle):
@@ -363,7 +387,7 @@ def test_bad_baselines(tmp_path):
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"schema": "devctl.list/1", "devices": []}))
     edited = tmp_path / "edited.json"
-    cell = {"direction": "h2d", "variant": "pageable", "size_bytes": 4096, "src": "host", "dst": "cpu:0", "gbps": "fast"}
+    cell = {"direction": "h2d", "variant": "pageable", "layout": "single", "size_bytes": 4096, "src": "host", "dst": "cpu:0", "gbps": "fast"}
     edited.write_text(json.dumps({"schema": "devctl.bench.transfer/1", "results": [cell]}))
     for path, needle in (
         (missing, "no such file"), (not_json, "is not JSON"), (other, "not a devctl bench transfer result"),
@@ -391,16 +415,17 @@ def test_pcie_peak_table():
 
 
 def test_compare_with_baseline_rules():
-    from devctl.model.bench import Cell, compare_with_baseline
+    from devctl.model.bench import Baseline, Cell, compare_with_baseline
 
     def cell(gbps, size=4096, zero=False):
         return Cell("h2d", "pageable", "single", size, "host", "cpu:0", gbps=gbps, zero_copy=zero)
 
-    base = [{**cell(10.0).__dict__}, {**cell(10.0, size=8192).__dict__}, {**cell(None, size=1 << 20).__dict__}]
-    gate = compare_with_baseline([cell(9.5), cell(8.0, size=8192), cell(1.0, size=1 << 20)], base, 10, "b.json")
-    assert gate.compared == 2 and not gate.passed  # the baseline cell without bandwidth is not compared
+    # A baseline cell without bandwidth is not in Baseline.gbps (the CLI leaves it out), so it is not compared.
+    base = Baseline("b.json", {cell(10.0).key: 10.0, cell(10.0, size=8192).key: 10.0})
+    gate = compare_with_baseline([cell(9.5), cell(8.0, size=8192), cell(1.0, size=1 << 20)], base, 10)
+    assert gate.compared == 2 and not gate.passed
     assert [(r.size_bytes, round(r.change_pct)) for r in gate.regressions] == [(8192, -20)]
-    gate = compare_with_baseline([cell(None, zero=True)], base[:1], 10, "b.json")
+    gate = compare_with_baseline([cell(None, zero=True)], base, 10)
     assert not gate.passed and gate.regressions[0].gbps is None  # measured before, nothing now
 
 

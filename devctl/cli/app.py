@@ -94,8 +94,19 @@ def _completed_words() -> list[str]:
         return []
 
 
+# A word of an error line longer than this is a value the user passed (a 100,000-character argument, a
+# pasted file): it is cut, so the line stays one line a person can read.
+_LONGEST_WORD = 200
+
+
 def _one_line(message: str) -> str:
-    return " ".join(message.split())
+    return " ".join(_cut(word) for word in message.split())
+
+
+def _cut(word: str) -> str:
+    if len(word) <= _LONGEST_WORD:
+        return word
+    return f"{word[: _LONGEST_WORD // 2]}...({len(word)} characters)"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -69,7 +69,112 @@ def check_host_root(path: str) -> str:
 
 
 def check_timeout(text: str | None) -> float:
-    """The --timeout every command takes (the probe runner owns its bounds); imported late to keep --help light."""
-    from devctl.probe.runner import check_timeout as parse
+    """The --timeout every command takes, in seconds (the probe runner owns its bounds)."""
+    from devctl.probe.runner import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 
-    return parse(text)
+    if text is None:
+        return DEFAULT_TIMEOUT_S
+    try:
+        timeout_s = float(text)
+    except ValueError:
+        timeout_s = float("nan")
+    if not (0 < timeout_s <= MAX_TIMEOUT_S):  # NaN fails this too
+        raise UsageError(f"--timeout (or DEVCTL_TIMEOUT) must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {quoted(text)}")
+    return timeout_s
+
+
+# ---- values and files given on the command line ------------------------------------------------------------
+
+
+def shown(value: str, limit: int = 120) -> str:
+    """A value as an error line quotes it: repr, and cut short, so a 100,000-character argument stays one readable line."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
+def quoted(value: object) -> str:
+    """Any value from a file or flag as an error line quotes it: strings as shown() does, others as Python writes them."""
+    if isinstance(value, str):
+        return shown(value)
+    text = repr(value)
+    return text if len(text) <= 120 else f"{text[:120]}... ({len(text)} characters)"
+
+
+def split_list(flag: str, items: list[str] | None, example: str) -> list[str] | None:
+    """The names of a repeatable, comma-separated option; None when it was not given.
+
+    An empty value or entry ('', 'a,,b', 'a,') is an error, never "the default": a script whose
+    variable came out empty must not silently run everything.
+    """
+    if items is None:
+        return None
+    names = []
+    for item in items:
+        parts = [p.strip() for p in item.split(",")]
+        if not any(parts):
+            raise UsageError(f"{flag} is empty; give {example}")
+        if not all(parts):
+            raise UsageError(f"{flag} {shown(item)} has an empty entry; give {example}")
+        names += parts
+    return names
+
+
+# Files read for the user (a baseline, a config): far larger than any real one, small enough to read at once.
+INPUT_CAP_BYTES = 16 << 20
+
+
+def read_input_file(flag: str, path: str, cap: int = INPUT_CAP_BYTES) -> bytes:
+    """The bytes of the regular file the user named; one-line UsageError for anything else.
+
+    A link to a regular file is followed (the user named it); a FIFO, a device such as /dev/zero, a
+    directory or a file over `cap` is refused before anything is read, so nothing blocks or fills memory.
+    """
+    from devctl.safefs import UnsafeFile, read_regular
+
+    try:
+        return read_regular(path, cap, follow_symlinks=True)
+    except UnsafeFile as e:
+        raise UsageError(f"{flag} {shown(path)} {e.strerror}; give a regular file of at most {cap >> 20} MiB") from None
+    except FileNotFoundError:
+        raise UsageError(f"{flag} {shown(path)}: no such file") from None
+    except OSError as e:
+        raise UsageError(f"{flag} {shown(path)} cannot be read: {e.strerror or e}") from None
+
+
+def check_output_path(flag: str, path: str) -> None:
+    """Refuse, before any work, a path that write_output could not replace with a regular file."""
+    import os
+    import stat
+
+    if not path:
+        raise UsageError(f"{flag} is empty; give the path of a file to write")
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise UsageError(f"{flag} {shown(path)} cannot be written: {e.strerror or e}") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise UsageError(f"{flag} {shown(path)} is {kind}; give the path of a file to write")
+    if not os.path.isdir(directory):
+        raise UsageError(f"{flag} {shown(path)}: directory {shown(directory)} does not exist")
+    real = os.path.realpath(directory)
+    if real in ("/dev", "/proc", "/sys") or real.startswith(("/dev/", "/proc/", "/sys/")):
+        # The rule safefs.write_atomic applies at the end; said here before any work is done.
+        raise UsageError(f"{flag} {shown(path)} is in /dev, /proc or /sys; give the path of a regular file elsewhere")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {shown(path)} cannot be written: directory {shown(directory)} is not writable")
+
+
+def write_output(flag: str, path: str, data: bytes) -> None:
+    """Replace `path` with `data` whole (safefs.write_atomic): a link there is replaced, not written
+    through, and a failed write leaves the old file as it was. One-line UsageError on failure."""
+    from devctl.safefs import write_atomic
+
+    try:
+        write_atomic(path, data)
+    except OSError as e:
+        raise UsageError(f"{flag} {shown(path)} was not written: {e.strerror or e}; the old file, if any, is unchanged") from None

@@ -250,30 +250,73 @@ def fastest_paths(cells: tuple[Cell, ...] | list[Cell]) -> tuple[Fastest, ...]:
     return tuple(out)
 
 
-def compare_with_baseline(
-    cells: tuple[Cell, ...] | list[Cell], baseline: list[dict], max_regression_pct: float, baseline_name: str
-) -> Gate:
+@dataclass(frozen=True)
+class Baseline:
+    """An earlier run's bandwidth per cell, read and validated once by the CLI."""
+
+    name: str  # the file, as the user named it
+    gbps: dict[tuple, float]  # Cell.key -> GB/s (finite, > 0); cells without a bandwidth are not in it
+
+
+def compare_with_baseline(cells: tuple[Cell, ...] | list[Cell], baseline: Baseline, max_regression_pct: float) -> Gate:
     """Cell by cell: a cell regresses when its GB/s falls more than the allowed share below the baseline's."""
-    base = {}
-    for item in baseline:
-        try:
-            b = cell_from_dict(item)
-        except TypeError:
-            continue
-        if b.gbps is not None:
-            base[b.key] = b
     compared = 0
     regressions = []
     floor = 1 - max_regression_pct / 100
     for c in cells:
-        b = base.get(c.key)
-        if b is None:
+        base = baseline.gbps.get(c.key)
+        if base is None:
             continue
         compared += 1
         # A cell that measured nothing now, where the baseline measured something, has regressed.
-        if c.gbps is None or c.gbps < b.gbps * floor:
-            change = None if c.gbps is None else (c.gbps / b.gbps - 1) * 100
+        if c.gbps is None or c.gbps < base * floor:
+            change = None if c.gbps is None else (c.gbps / base - 1) * 100
             regressions.append(
-                Regression(c.direction, c.variant, c.layout, c.size_bytes, c.src, c.dst, b.gbps, c.gbps, change)
+                Regression(c.direction, c.variant, c.layout, c.size_bytes, c.src, c.dst, base, c.gbps, change)
             )
-    return Gate(baseline_name, max_regression_pct, compared, not regressions, tuple(regressions))
+    return Gate(baseline.name, max_regression_pct, compared, not regressions, tuple(regressions))
+
+
+# ---- memory a size needs -------------------------------------------------------------------------------
+
+# Host buffers every size has: the pattern the transfers send and the memcpy roof's destination.
+HOST_BUFFERS = 2
+
+
+def host_bytes_needed(opts: TransferOptions, size: int, *, devices_in_host_memory: bool, device_count: int) -> int:
+    """Peak host memory the probe holds for one size: its buffers plus the most any one cell holds at once.
+
+    Measured on CPU JAX, where device arrays are host memory (peak RSS per byte of --sizes at 32M and
+    256M, 4 devices): h2d 4x the size, d2h, d2d and d2d-self 5x, 6x with --variants all (the aligned
+    copy and the pinned buffer), 3-5x with --no-verify, 7-11x replicated on 4 devices. On an
+    accelerator only the host side counts: the buffers, a d2h result, a pinned buffer and the
+    verification's host copy and comparison.
+    """
+    single_variants = {v for d in opts.directions for v in opts.variants_for(d, "single")}
+    aligned = 1 if "single" in opts.layouts and "h2d" in opts.directions and "aligned" in single_variants else 0
+    per_cell = max(
+        _cell_host_copies(d, opts.variants_for(d, layout), layout, opts.verify, devices_in_host_memory, device_count)
+        for d in opts.directions
+        for layout in opts.layouts
+    )
+    return (HOST_BUFFERS + aligned + per_cell) * size
+
+
+def _cell_host_copies(direction: str, variants, layout: str, verify: bool, in_host: bool, n: int) -> int:
+    """Copies of the size in host memory while one cell runs (its verification included)."""
+    check = 1 if verify else 0  # the verification's comparison allocates one boolean per byte
+    pinned = 1 if "pinned" in variants else 0
+    if not in_host:
+        if direction == "d2h":
+            return 1 + pinned + check
+        return (pinned if direction == "h2d" else 0) + 2 * check  # the result fetched to the host, then compared
+    copies = n if layout == "replicated" else 1  # a sharded array holds the size once in all
+    if direction == "h2d":
+        return copies + pinned + check
+    if direction == "d2h":
+        # The device array, the fresh copy each repetition reads, and the host result (a view when replicated).
+        return 2 * copies + (0 if layout == "replicated" else 1)
+    if direction == "d2d":
+        # One source on the first device; a replicated result is checked a shard at a time, in place.
+        return 1 + copies + (0 if layout == "replicated" else check)
+    return 2 * copies + check  # d2d-self: the source and its copy

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from contextlib import contextmanager
 
@@ -73,6 +74,7 @@ def junit_xml(report: CheckReport) -> str:
     import xml.etree.ElementTree as ET
 
     counts = {s: sum(1 for r in report.checks if r.status is s) for s in CheckStatus}
+    report = _xml_safe(report)
     suites = ET.Element("testsuites", name="devctl check", tests=str(len(report.checks)), failures=str(counts[CheckStatus.FAIL]),
                         errors="0", skipped=str(counts[CheckStatus.SKIP]), time=f"{report.elapsed_s:.3f}")  # fmt: skip
     suite = ET.SubElement(
@@ -94,6 +96,22 @@ def junit_xml(report: CheckReport) -> str:
             system_out.text = prefix + r.message + (f"\nremediation: {r.remediation}" if r.remediation else "")
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+# XML 1.0 has no way to write these characters, escaped or not; ElementTree would write them raw and CI
+# servers would reject the whole file. A message quoting a user's value (--device-kind '\x01') may hold one.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(text: str | None) -> str | None:
+    return None if text is None else _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _xml_safe(report: CheckReport) -> CheckReport:
+    from dataclasses import replace
+
+    checks = [replace(r, name=_xml_text(r.name), message=_xml_text(r.message), remediation=_xml_text(r.remediation)) for r in report.checks]
+    return replace(report, hostname=_xml_text(report.hostname), checks=checks)
 
 
 # ---- check: GitHub Actions annotations --------------------------------------------------------------
