@@ -121,7 +121,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, *, sync: bool = True
     """Replace `path` with `data` whole: readers see the old file or the new one, a symlink at `path` is
     replaced rather than followed, and on any failure the old file is left untouched (OSError raised).
     `sync=False` skips the fsync: for a file rewritten every second whose loss in a power cut costs nothing."""
-    _refuse_special(path)
+    check_writable(path)
     directory = os.path.dirname(os.path.abspath(path)) or "."
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
@@ -143,25 +143,26 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, *, sync: bool = True
         raise
 
 
-def _refuse_special(path: str) -> None:
-    """A device, FIFO, socket or directory at `path` (or behind a link there) is never replaced by a file:
-    as root, renaming over /dev/full or /dev/stdout would break the machine until it reboots."""
-    parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
-    if parent == "/dev" or parent.startswith(("/dev/", "/proc/", "/sys/")) or parent in ("/proc", "/sys"):
-        # /dev/stdout is a link to a regular file when stdout is redirected to one: renaming over it would
-        # replace the system's link, not write to stdout.
-        raise UnsafeFile(errno.EINVAL, "is in /dev, /proc or /sys; devctl writes only regular files elsewhere", path)
+def check_writable(path: str) -> None:
+    """UnsafeFile unless write_atomic may replace `path` with a regular file. A device, FIFO, socket or
+    directory at `path` (or behind a link there) is never replaced by a file, nor is anything in /dev, /proc
+    or /sys: as root, renaming over /dev/full or /dev/stdout would break the machine until it reboots."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return
-    if stat.S_ISLNK(st.st_mode):
+        st = None
+    if st is not None and stat.S_ISLNK(st.st_mode):
         try:
             st = os.stat(path)
         except OSError:
-            return  # a dangling link: replaced like any link
-    if not stat.S_ISREG(st.st_mode):
+            st = None  # a dangling link: replaced like any link
+    if st is not None and not stat.S_ISREG(st.st_mode):
         raise UnsafeFile(errno.EINVAL, f"is not a regular file ({file_kind(st.st_mode)}); give the path of a file to write", path)
+    parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    if parent in ("/dev", "/proc", "/sys") or parent.startswith(("/dev/", "/proc/", "/sys/")):
+        # /dev/stdout is a link to a regular file when stdout is redirected to one: renaming over it would
+        # replace the system's link, not write to stdout.
+        raise UnsafeFile(errno.EINVAL, "is in /dev, /proc or /sys; devctl writes only regular files elsewhere", path)
 
 
 def private_directory_problem(path: str) -> str | None:

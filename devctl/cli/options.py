@@ -145,26 +145,18 @@ def read_input_file(flag: str, path: str, cap: int = INPUT_CAP_BYTES) -> bytes:
 def check_output_path(flag: str, path: str) -> None:
     """Refuse, before any work, a path that write_output could not replace with a regular file."""
     import os
-    import stat
 
     if not path:
         raise UsageError(f"{flag} is empty; give the path of a file to write")
+    from devctl.safefs import check_writable
+
     directory = os.path.dirname(os.path.abspath(path))
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        st = None
+        check_writable(path)  # the rule write_atomic applies at the end, said before any work is done
     except OSError as e:
-        raise UsageError(f"{flag} {shown(path)} cannot be written: {e.strerror or e}") from None
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise UsageError(f"{flag} {shown(path)} is {kind}; give the path of a file to write")
+        raise UsageError(f"{flag} {shown(path)}: {e.strerror or e}") from None
     if not os.path.isdir(directory):
         raise UsageError(f"{flag} {shown(path)}: directory {shown(directory)} does not exist")
-    real = os.path.realpath(directory)
-    if real in ("/dev", "/proc", "/sys") or real.startswith(("/dev/", "/proc/", "/sys/")):
-        # The rule safefs.write_atomic applies at the end; said here before any work is done.
-        raise UsageError(f"{flag} {shown(path)} is in /dev, /proc or /sys; give the path of a regular file elsewhere")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {shown(path)} cannot be written: directory {shown(directory)} is not writable")
 

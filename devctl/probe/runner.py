@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from devctl.errors import UsageError
 from devctl.probe.channel import FD_ENV, LIFELINE_ENV
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -61,18 +60,6 @@ class ChildResult:
             return f"killed by {self.signal_name}"
         tail = last_line(self.output_tail)
         return f"exited with status {self.returncode}" + (f": {tail}" if tail else "")
-
-
-def check_timeout(text: str | None) -> float:
-    if text is None:
-        return DEFAULT_TIMEOUT_S
-    try:
-        timeout_s = float(text)
-    except ValueError:
-        timeout_s = float("nan")
-    if not (0 < timeout_s <= MAX_TIMEOUT_S):  # NaN fails this too
-        raise UsageError(f"--timeout (or DEVCTL_TIMEOUT) must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {text!r}")
-    return timeout_s
 
 
 def last_line(text: str) -> str:

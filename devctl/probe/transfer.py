@@ -38,8 +38,6 @@ WALL_FACTOR = 4
 PATTERN_PERIOD = 65521
 # The device may hold a source, a fresh copy and a result at once.
 DEVICE_COPIES = 3
-# Host: the pattern buffer, the memcpy roof's destination, an aligned copy and a d2h result.
-HOST_COPIES = 4
 # While one cell runs longer than this, tell the parent's watchdog that work goes on.
 HEARTBEAT_S = 2.0
 # Read the PCIe link state after transfers at least this large (small ones may not wake a power-saving link).
@@ -258,7 +256,9 @@ class Bench:
 
     def _run_size(self, size: int, specs: list[Spec]) -> None:
         np = self.np
-        host_need = HOST_COPIES * size + (DEVICE_COPIES * size if self._devices_share_host() else 0)
+        host_need = m.host_bytes_needed(
+            self.opts, size, devices_in_host_memory=self._devices_share_host(), device_count=len(self.local)
+        )  # the estimate `--sizes` is checked against in cli, measured (model.bench)
         avail = _host_available_bytes()
         if avail is not None and host_need > avail * 0.8:
             why = f"skipped: needs about {format_bytes(host_need)} of host memory, {format_bytes(avail)} available"
