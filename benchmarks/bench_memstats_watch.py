@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,9 +32,9 @@ def env(devices: int, runtime_dir: str) -> dict[str, str]:
 def start_publisher(devices: int, runtime_dir: str) -> subprocess.Popen:
     code = textwrap.dedent(
         """
-        import time, jax, jax.numpy as jnp, devctl.monitor
+        import time, jax, jax.numpy as jnp, devctl.publish
         arrays = [jax.device_put(jnp.zeros(1 << 16), d) for d in jax.devices() for _ in range(10)]
-        devctl.monitor.publish(interval=1.0)
+        devctl.publish.publish(interval=1.0)
         print("ready", flush=True)
         time.sleep(600)
         """
@@ -50,7 +49,7 @@ def sample_cost(devices: int, runtime_dir: str, samples: int) -> tuple[float, fl
     code = textwrap.dedent(
         f"""
         import time, statistics
-        from devctl.memstats import MemstatsSampler
+        from devctl.collect.memstats import MemstatsSampler
         s = MemstatsSampler(device_filter=None, timeout_s=30)
         first = s.first()
         times = []

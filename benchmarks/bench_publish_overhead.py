@@ -1,4 +1,4 @@
-"""What `devctl.monitor.publish()` costs the job that calls it.
+"""What `devctl.publish.publish()` costs the job that calls it.
 
 Budget (issue 3): <= 1% of one core at 1 Hz. One process with N forced CPU
 devices and a few hundred live arrays (a third sharded over all devices, a
@@ -50,7 +50,7 @@ def _run(args: argparse.Namespace) -> None:
     import jax
     import psutil
 
-    import devctl.monitor as monitor
+    import devctl.publish as monitor
 
     state = _allocate(args.arrays)
     step = _make_step()
@@ -79,7 +79,8 @@ def _parse() -> argparse.Namespace:
 def _allocate(n: int) -> list:
     import jax
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     devs = jax.devices()
     mesh = Mesh(np.array(devs), ("x",))
@@ -119,9 +120,8 @@ def _make_step():
 
 def per_snapshot(state: list, step, repeats: int):
     import jax
-    import numpy as np
 
-    from devctl.monitor import _ArrayCache, _encode, build_snapshot
+    from devctl.publish import _ArrayCache, _encode, build_snapshot
 
     cache = _ArrayCache()
 

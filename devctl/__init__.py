@@ -8,10 +8,10 @@ __version__ = "0.1.0"
 
 
 def inventory(*, platforms=None, timeout_s=None, host_root="/"):
-    """Everything `devctl list --json` reports, as a `devctl.model.inventory.Inventory`.
+    """Everything `devctl list --json` reports, as a `devctl.model.list_.Inventory`.
 
     JAX backends are initialized in a child process, never in the caller's.
     """
-    from devctl.inventory import collect_inventory
+    from devctl.collect.list_ import collect_inventory
 
     return collect_inventory(platforms=platforms, timeout_s=timeout_s, host_root=host_root)

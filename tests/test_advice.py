@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from devctl.advice import code_of, for_row
-from devctl.model.inventory import BackendInfo, BackendStatus
+from devctl.checks.advice import code_of, for_row
+from devctl.model.list_ import BackendInfo, BackendStatus
 
 _NO_LIB = "libnvidia-ml.so.1 not found: no NVIDIA driver installed, or not mounted into this container"
 
@@ -64,8 +64,8 @@ _SKEW = (
 
 @pytest.mark.parametrize("environ", [{}, {"JAX_PLATFORMS": "cpu"}])
 def test_jaxlib_newer_than_jax_is_no_backend_to_skip(environ):
-    from devctl.advice import for_outcome
-    from devctl.model.inventory import JaxOutcome
+    from devctl.checks.advice import for_outcome
+    from devctl.model.list_ import JaxOutcome
     row = BackendInfo("jax", BackendStatus.FAILED, _SKEW)
     error = "RuntimeError: jaxlib version 0.10.2 is newer than and incompatible with jax version 0.9.2. Please update your jax and/or jaxlib packages."
     outcome = JaxOutcome("raises", error=error, culprit="jax")
@@ -100,8 +100,8 @@ def test_rocm_advice_does_not_offer_jax_platforms():
 
 
 def test_jax_platforms_naming_nothing_that_starts():
-    from devctl.advice import for_outcome
-    from devctl.model.inventory import JaxOutcome
+    from devctl.checks.advice import for_outcome
+    from devctl.model.list_ import JaxOutcome
 
     row = BackendInfo("cuda", BackendStatus.SKIPPED, "JAX skips CUDA: none of /dev/nvidia0, /dev/nvidiactl, /dev/dxg exists")
     outcome = JaxOutcome("raises", error="AssertionError", culprit="JAX_PLATFORMS")

@@ -11,8 +11,13 @@ import sys
 import threading
 
 import pytest
-
-from conftest import assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
+from conftest import (
+    assert_usage_error,
+    devctl_env,
+    run_devctl,
+    run_json,
+    validate_schema,
+)
 
 SMALL = ("--sizes", "4K,1M", "--repeats", "3", "--min-time", "0.005")
 KIB, MIB = 1 << 10, 1 << 20
@@ -209,7 +214,7 @@ def test_single_device_skips_d2d_with_a_note():
 
 def test_size_this_machine_cannot_hold_is_bad_input_naming_the_limit():
     # 16T can never run here: an error naming the size, the estimate and the machine's memory, not a run of skipped cells.
-    from devctl.cli.bench import host_memory_limit
+    from devctl.discovery.host import host_memory_limit
     from devctl.units import format_bytes
 
     proc = run_devctl("bench", "transfer", "--sizes", "4K,16T", "--repeats", "3", "--direction", "h2d", "--json", env=cpu_env())

@@ -354,7 +354,12 @@ def test_nvml_health_verdicts_from_the_counters(monkeypatch):
 
 def test_compute_and_transfer_verdicts_name_the_bad_device():
     from devctl.checks.compute import check_compute, check_transfer
-    from devctl.model.health import CheckStatus, DeviceTrial, Expectations, HealthProbeResult
+    from devctl.model.check import (
+        CheckStatus,
+        DeviceTrial,
+        Expectations,
+        HealthProbeResult,
+    )
 
     trials = [
         DeviceTrial("matmul", "cuda:0", "gpu", True, 1e-7, 1e-4),
@@ -376,8 +381,8 @@ def test_compute_and_transfer_verdicts_name_the_bad_device():
 def test_memory_verdicts_against_bytes_limit():
     """CPU devices report no memory_stats(), so the per-device limit is exercised with recorded GPU figures."""
     from devctl.checks.backends import check_memory
-    from devctl.model.health import CheckStatus, Expectations
-    from devctl.model.inventory import DeviceInfo
+    from devctl.model.check import CheckStatus, Expectations
+    from devctl.model.list_ import DeviceInfo
 
     devices = [DeviceInfo(i, "gpu", "NVIDIA H100 80GB HBM3", 0, memory_stats={"bytes_limit": limit}) for i, limit in enumerate((60 * GIB, 30 * GIB))]
     inv = SimpleNamespace(devices=devices, default_platform="cuda")

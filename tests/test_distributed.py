@@ -177,7 +177,7 @@ def test_a_process_killed_after_joining_is_named_and_nobody_hangs(tmp_path):
 
 _GATHER_SCRIPT = """
 import json, socket, sys
-from devctl.distributed import cluster_params, gather_reports
+from devctl.collect.distributed import cluster_params, gather_reports
 params = cluster_params(sys.argv[1], sys.argv[2], sys.argv[3])
 report = lambda: {"process": int(sys.argv[3]), "checks": [{"name": "devices", "status": "pass"}]}
 print(json.dumps(gather_reports(report, params, timeout_s=20)))
@@ -223,7 +223,7 @@ def test_no_cluster_to_detect_is_a_usage_error():
     ],
 )
 def test_bad_cluster_flags_are_named(args, needle):
-    from devctl.distributed import cluster_params
+    from devctl.collect.distributed import cluster_params
 
     values = dict(zip(args[::2], args[1::2]))
     with pytest.raises(UsageError, match=".") as e:
@@ -240,7 +240,7 @@ def test_bad_cluster_flags_exit_2_with_one_line():
 
 
 def test_cluster_params_accept_what_jax_accepts():
-    from devctl.distributed import cluster_params
+    from devctl.collect.distributed import cluster_params
 
     p = cluster_params("[fe80::1]:8476", "4", "3")
     assert (p.coordinator, p.num_processes, p.process_id, p.explicit) == ("[fe80::1]:8476", 4, 3, True)
@@ -280,7 +280,7 @@ def _summary(i: int, **over):
 
 
 def test_findings_name_the_odd_hosts_and_say_when_there_is_no_majority():
-    from devctl.distributed import consistency_findings
+    from devctl.collect.distributed import consistency_findings
 
     procs = [_summary(0), _summary(1, device_count=3), _summary(2), _summary(3, libtpu_version="0.0.39")]
     by_field = {f.field: f for f in consistency_findings(procs)}
@@ -295,7 +295,7 @@ def test_findings_name_the_odd_hosts_and_say_when_there_is_no_majority():
 
 
 def test_headroom_is_the_minimum_over_every_device_of_every_process():
-    from devctl.distributed import cluster_headroom
+    from devctl.collect.distributed import cluster_headroom
     from devctl.model.distributed import LIST_SCHEMA, ClusterDevice
 
     def dev(i, key, limit, peak):
@@ -389,7 +389,7 @@ def test_missing_message_separates_dead_from_silent():
 
 
 def test_a_backend_without_multi_process_support_is_reported_not_fatal():
-    from devctl.distributed import consistency_findings, process_summary
+    from devctl.collect.distributed import consistency_findings, process_summary
     from devctl.model.distributed import Joined
 
     # What a CPU backend without cross-process collectives looks like on process 1 of 2:
@@ -513,7 +513,13 @@ def test_the_coordinator_on_a_name_that_resolves_to_loopback_says_so():
 
 def test_a_process_killed_mid_gather_fails_every_process_and_leaves_no_child(tmp_path):
     # Process 2's checks hang in a plugin while its cluster child waits for its report; then its devctl is SIGKILLed.
-    from test_hostile_processes import alive, descendants_of, kill_all, tcp_sockets, write_hanging_plugin
+    from test_hostile_processes import (
+        alive,
+        descendants_of,
+        kill_all,
+        tcp_sockets,
+        write_hanging_plugin,
+    )
 
     marker = tmp_path / "plugin.pid"
     write_hanging_plugin(tmp_path / "site", "stuck", "sleeps", marker)

@@ -191,13 +191,13 @@ def test_doctor_on_a_real_gpu():
 def test_every_finding_code_is_documented_and_every_advice_is_a_finding():
     import re
 
-    from devctl.advice import code_of
-    from devctl.diagnosis import CATALOGUE
+    from devctl.checks.advice import code_of
+    from devctl.collect.doctor import CATALOGUE
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     documented = set(re.findall(r"`(DEVCTL_FR_[A-Z0-9_]+)`", readme))
     assert {code_of(f) for f in CATALOGUE} <= documented
     # list and check show advice by code: each must be a catalogue finding doctor can explain.
-    source = (Path(__file__).resolve().parent.parent / "devctl" / "advice.py").read_text()
+    source = (Path(__file__).resolve().parent.parent / "devctl" / "checks" / "advice.py").read_text()
     advised = set(re.findall(r'Advice\(\s*"([a-z0-9-]+)"', source))
     assert advised and advised <= set(CATALOGUE)

@@ -9,10 +9,10 @@ import textwrap
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
-import pytest
-
 import hosttrees
+import pytest
 from conftest import devctl_env
+
 from devctl.checks import facts
 from devctl.discovery import amd, host, nvidia, pci, procs, tpu
 from devctl.hostroot import HostRoot

@@ -16,17 +16,23 @@ import subprocess
 import sys
 import threading
 import uuid
-from pathlib import Path
 
 import pytest
 from conftest import devctl_env, run_devctl, validate_schema
-from hosttrees import ESCAPES, OUTSIDE_DRIVER_VERSION, base_host, hostile_host, outside_files, tpu_v4_host
+from hosttrees import (
+    ESCAPES,
+    OUTSIDE_DRIVER_VERSION,
+    base_host,
+    hostile_host,
+    outside_files,
+    tpu_v4_host,
+)
 
 from devctl.checks import facts
 from devctl.discovery import amd, host, nvidia, pci, procs, tpu
 from devctl.hostroot import HostRoot
-from devctl.text import printable
 from devctl.model import to_jsonable
+from devctl.text import printable
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]")  # what a terminal acts on (tab and newline aside)
 

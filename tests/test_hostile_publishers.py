@@ -191,10 +191,10 @@ def test_snapshot_owned_by_another_user_is_reported_not_read_and_not_removed(run
 
 @pytest.fixture
 def in_process_publisher():
-    import devctl.monitor
+    import devctl.publish
 
-    yield devctl.monitor
-    devctl.monitor.stop()
+    yield devctl.publish
+    devctl.publish.stop()
 
 
 def _wait_for_ticks(pub, n: int, timeout: float = 60.0) -> None:
@@ -521,9 +521,9 @@ def test_hand_written_snapshot_of_a_zombie_is_stale_and_removed(runtime_dir):
 ZOMBIE_JOB = r"""
 import os, sys, time
 import jax, jax.numpy as jnp
-import devctl.monitor
+import devctl.publish
 x = jnp.zeros(1024)
-pub = devctl.monitor.publish(interval=0.1)
+pub = devctl.publish.publish(interval=0.1)
 while not os.path.exists(pub.path):
     time.sleep(0.02)
 print(pub.path, flush=True)

@@ -301,7 +301,7 @@ def test_sudo_and_run_as_root_are_said_only_to_a_user_who_is_not_root():
 def test_tpu_lockfile_advice_depends_on_who_runs_devctl(tmp_path, monkeypatch, euid):
     from devctl.checks.machine import check_tpu
     from devctl.discovery import tpu
-    from devctl.model.health import Expectations
+    from devctl.model.check import Expectations
 
     monkeypatch.setattr(os, "geteuid", lambda: euid)
     host = tpu_v5e_host(tmp_path)

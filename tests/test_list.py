@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
 from conftest import devctl_env, run_devctl, run_json, validate_schema
 from hosttrees import amd_host, base_host, nvidia_host, tpu_v4_host, tpu_v5e_host
 
@@ -211,14 +210,14 @@ def _gpu(index: int):
 
 
 def _hardware(gpus: int):
-    from devctl.inventory import Hardware
+    from devctl.collect.list_ import Hardware
     from devctl.model.hardware import NvmlReport
 
     return Hardware(NvmlReport("ok", None, "580.1", 13000, "13.0", tuple(_gpu(i) for i in range(gpus))), [], [], None, None)
 
 
 def _cuda(n: int, matched: bool):
-    from devctl.model.inventory import BackendInfo, BackendStatus, DeviceInfo
+    from devctl.model.list_ import BackendInfo, BackendStatus, DeviceInfo
 
     devices = [
         DeviceInfo(i, "gpu", "NVIDIA H100", 0, nvml_gpu={"index": i, "pci_bus_id": _gpu(i).pci_bus_id} if matched else None)
@@ -228,7 +227,7 @@ def _cuda(n: int, matched: bool):
 
 
 def test_gpus_hidden_from_jax_are_named_when_cuda_works():
-    from devctl.inventory import unused_accelerators
+    from devctl.collect.list_ import unused_accelerators
 
     backends, devices = _cuda(2, matched=True)
     unused = unused_accelerators(backends, devices, _hardware(4))
@@ -237,7 +236,7 @@ def test_gpus_hidden_from_jax_are_named_when_cuda_works():
 
 
 def test_gpus_all_in_use_are_not_listed_even_without_bus_ids():
-    from devctl.inventory import unused_accelerators
+    from devctl.collect.list_ import unused_accelerators
 
     backends, devices = _cuda(4, matched=False)
     assert unused_accelerators(backends, devices, _hardware(4)) == []

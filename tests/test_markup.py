@@ -155,10 +155,10 @@ def shown(c) -> str:
 
 
 def test_environment_renderer(console):
-    from devctl.environment import EnvironmentReport
-    from devctl.model.environment import EnvVar, PackageVersion, VersionFinding
+    from devctl.collect.env import EnvironmentReport
+    from devctl.model.env import EnvVar, PackageVersion, VersionFinding
     from devctl.model.hardware import CudaWheel
-    from devctl.render.environment import render_environment
+    from devctl.render.env import render_environment
 
     rep = EnvironmentReport(
         schema="devctl.env/1", devctl_version=BOLD, timestamp=0.0, hostname=PATH, python=LINK, python_executable=PATH,
@@ -173,9 +173,15 @@ def test_environment_renderer(console):
 
 
 def test_inventory_renderer(console):
-    from devctl.inventory import Inventory
-    from devctl.model.inventory import BackendInfo, BackendStatus, DeviceInfo, JaxOutcome, UnusedAccelerator
-    from devctl.render.inventory import render_inventory
+    from devctl.collect.list_ import Inventory
+    from devctl.model.list_ import (
+        BackendInfo,
+        BackendStatus,
+        DeviceInfo,
+        JaxOutcome,
+        UnusedAccelerator,
+    )
+    from devctl.render.list_ import render_inventory
 
     inv = Inventory(
         schema="devctl.list/1", devctl_version="0", timestamp=0.0, hostname="h", jax_version=BOLD, jaxlib_version=LINK,
@@ -205,8 +211,8 @@ def test_plugins_renderer(console):
 
 
 def test_check_renderer(console):
-    from devctl.model.health import CheckReport, CheckResult, CheckStatus, Expectations
-    from devctl.render.health import render_check
+    from devctl.model.check import CheckReport, CheckResult, CheckStatus, Expectations
+    from devctl.render.check import render_check
 
     results = [
         CheckResult(name=BOLD, status=CheckStatus.FAIL, message=f"{PATH} is missing", remediation=f"pip install -U {SPEC}"),
@@ -217,8 +223,8 @@ def test_check_renderer(console):
 
 
 def test_doctor_renderer(console):
-    from devctl.model.health import DiagnosisFinding, DoctorReport, Overview
-    from devctl.render.health import render_doctor
+    from devctl.model.doctor import DiagnosisFinding, DoctorReport, Overview
+    from devctl.render.doctor import render_doctor
 
     finding = DiagnosisFinding(
         id="x", catalogue_number=None, title=BOLD, severity="error", evidence=[PATH], cause=LINK,
@@ -229,7 +235,13 @@ def test_doctor_renderer(console):
 
 
 def _snapshot():
-    from devctl.model.memstats import Headroom, HostMemory, MemDevice, MemProcess, MemSnapshot
+    from devctl.model.memstats import (
+        Headroom,
+        HostMemory,
+        MemDevice,
+        MemProcess,
+        MemSnapshot,
+    )
 
     device = MemDevice(
         key=BOLD, source="jax", platform="cpu", id=0, device_kind=SPEC, memory_stats={"bytes_in_use": 40},
@@ -282,7 +294,13 @@ def test_bench_transfer_renderer(console):
 
 
 def test_distributed_renderer(console):
-    from devctl.model.distributed import ClusterDevice, ClusterFinding, ClusterHeadroom, ClusterReport, ProcessSummary
+    from devctl.model.distributed import (
+        ClusterDevice,
+        ClusterFinding,
+        ClusterHeadroom,
+        ClusterReport,
+        ProcessSummary,
+    )
     from devctl.render.distributed import render_cluster
 
     process = ProcessSummary(0, PATH, 1, [SPEC], "cpu", BOLD, LINK, None, {}, SPEC, 1)

@@ -12,7 +12,13 @@ import threading
 import time
 
 import pytest
-from conftest import assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
+from conftest import (
+    assert_usage_error,
+    devctl_env,
+    run_devctl,
+    run_json,
+    validate_schema,
+)
 from hosttrees import tpu_v5e_host
 
 MIB = 1 << 20
@@ -71,11 +77,11 @@ def publisher(tmp_path, runtime_dir):
             """
             import sys, time
             import jax, jax.numpy as jnp
-            import devctl.monitor
+            import devctl.publish
             devs = jax.devices()
             a = jax.device_put(jnp.zeros(3 * (1 << 20), jnp.uint8), devs[1])   # 3 MiB on device 1
             b = jax.device_put(jnp.zeros(1 << 20, jnp.uint8), devs[2])         # 1 MiB on device 2
-            devctl.monitor.publish(interval=0.2)
+            devctl.publish.publish(interval=0.2)
             print("ready", flush=True)
             time.sleep(120)
             """

@@ -1,4 +1,4 @@
-"""devctl.monitor.publish() in real JAX processes, and the reader that `devctl memstats` calls.
+"""devctl.publish.publish() in real JAX processes, and the reader that `devctl memstats` calls.
 
 Publishers run as subprocesses on CPU JAX with 4 forced devices and arrays of
 known sizes; the reader must find exactly those bytes per device. Stale,
@@ -34,7 +34,7 @@ import json, os, sys, threading, time
 import numpy as np
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-import devctl.monitor
+import devctl.publish
 
 mode = sys.argv[1]
 devs = jax.devices()
@@ -47,9 +47,9 @@ replicated = jax.device_put(np.zeros(64 << 10, np.uint8), NamedSharding(mesh, P(
 # beside their parents, and they must not be counted twice.
 np.asarray(spread)
 [s.data for s in replicated.addressable_shards]
-pub = devctl.monitor.publish(interval=0.2)
-again = devctl.monitor.publish(interval=0.2)
-threads = [t.name for t in threading.enumerate()].count(devctl.monitor.THREAD_NAME)
+pub = devctl.publish.publish(interval=0.2)
+again = devctl.publish.publish(interval=0.2)
+threads = [t.name for t in threading.enumerate()].count(devctl.publish.THREAD_NAME)
 try:  # before "ready": a SIGINT sent any time after it is a clean exit
     print(json.dumps({"ready": time.time(), "same": pub is again, "threads": threads, "path": pub.path}), flush=True)
     if mode == "exit-now":
@@ -64,8 +64,8 @@ except KeyboardInterrupt:
 
 UNINITIALIZED_SCRIPT = r"""
 import json, os, time
-import devctl.monitor
-pub = devctl.monitor.publish(interval=0.1)
+import devctl.publish
+pub = devctl.publish.publish(interval=0.1)
 while not os.path.exists(pub.path):
     time.sleep(0.05)
 time.sleep(0.3)
@@ -208,10 +208,10 @@ def runtime_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def in_process_publisher():
     """Stops any publisher a test started in this process."""
-    import devctl.monitor
+    import devctl.publish
 
-    yield devctl.monitor
-    devctl.monitor.stop()
+    yield devctl.publish
+    devctl.publish.stop()
 
 
 # --- a real publisher -------------------------------------------------------
@@ -455,7 +455,7 @@ def test_publisher_refuses_unsafe_directory_with_one_warning(runtime_dir, in_pro
         pub = in_process_publisher.publish(interval=0.05, directory=str(runtime_dir))
         _wait_for_ticks(pub, 5)  # the thread keeps checking and must not warn again
     msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-    assert msgs == [f"devctl.monitor: not publishing snapshots to {runtime_dir}: mode 0755 lets other users read it; expected 0700"]
+    assert msgs == [f"devctl.publish: not publishing snapshots to {runtime_dir}: mode 0755 lets other users read it; expected 0700"]
     assert os.listdir(runtime_dir) == []
     assert pub.running and pub.snapshots_written == 0
 
@@ -546,7 +546,7 @@ def test_bad_interval_is_rejected_in_the_caller(bad, in_process_publisher):
 
 def test_imports_stay_light():
     code = (
-        "import sys, devctl.monitor, devctl.discovery.publishers\n"
+        "import sys, devctl.publish, devctl.discovery.publishers\n"
         "heavy = [m for m in ('jax', 'jaxlib', 'numpy') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
@@ -560,7 +560,8 @@ def test_snapshots_create_no_array_objects(in_process_publisher):
     # change what the program itself sees.
     import jax
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     dev = jax.devices()[0]
     mesh = Mesh(np.array([dev]), ("x",))

@@ -6,7 +6,6 @@ import json
 import os
 
 import pytest
-
 from conftest import devctl_env, run_devctl
 from plugin_packages import write_plugin
 

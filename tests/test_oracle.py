@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
 from conftest import devctl_env, run_devctl, validate_schema
 from oracle import disagreements, jax_truth
 from plugin_packages import write_plugin

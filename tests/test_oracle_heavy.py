@@ -29,13 +29,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import scenarios
 from conftest import devctl_env, validate_schema
 from oracle import disagreements, jax_truth
 from plugin_packages import write_plugin
 
-from devctl.advice import code_of, no_nvidia_gpu
+from devctl.checks.advice import code_of, no_nvidia_gpu
 
 pytestmark = pytest.mark.heavy
 

@@ -332,7 +332,7 @@ def test_plugins_report_json_in_a_fresh_interpreter(site, pjrt_libs, tmp_path):
     )
     script = (
         "import json, sys\n"
-        "from devctl.discovery.plugins import plugins_report\n"
+        "from devctl.collect.plugins import plugins_report\n"
         "from devctl.model import to_jsonable\n"
         "doc = to_jsonable(plugins_report(timeout_s=30))\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'jax_plugins', 'libtpu'))\n"

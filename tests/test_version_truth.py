@@ -34,7 +34,7 @@ import pytest
 from conftest import devctl_env, validate_schema
 
 from devctl.discovery.versions import check_versions, plan_stack_fix
-from devctl.model.environment import PackageVersion
+from devctl.model.env import PackageVersion
 from devctl.model.plugins import FrameworkPjrt, PjrtApiVersion
 
 PJRT_ENV = "PJRT_NAMES_AND_LIBRARY_PATHS"
@@ -103,7 +103,7 @@ def test_the_fix_brings_the_cuda_wheels_only_where_they_are_installed():
 
 def test_without_a_plugin_the_fix_is_jax_and_jaxlib_as_list_advises():
     fix = plan_stack_fix("0.6.2", {"jaxlib": "0.7.0"}, REQUIRES_0_6_2)
-    # Word for word what `devctl list` advises for the import error (devctl.advice.jax_import).
+    # Word for word what `devctl list` advises for the import error (devctl.checks.advice.jax_import).
     assert fix.command == "pip install -U 'jax==0.6.2' 'jaxlib==0.6.2'"
     assert [(c.name, c.target) for c in fix.changes] == [("jaxlib", "0.6.2")]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from devctl.checks.verdict import Verdict, failed, join, passed, skipped, warned
-from devctl.model.inventory import BackendStatus
+from devctl.model.list_ import BackendStatus
 from devctl.units import format_bytes
 
 _DEVICE_PLATFORM = {"gpu": ("cuda", "rocm", "gpu"), "cuda": ("cuda", "gpu"), "rocm": ("rocm", "gpu")}

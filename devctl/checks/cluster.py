@@ -6,7 +6,13 @@ import time
 from typing import Any
 
 from devctl import __version__
-from devctl.model.health import CHECK_SCHEMA, CheckReport, CheckResult, CheckStatus, Expectations
+from devctl.model.check import (
+    CHECK_SCHEMA,
+    CheckReport,
+    CheckResult,
+    CheckStatus,
+    Expectations,
+)
 
 
 def merge_reports(reports: list[dict[str, Any]], *, strict: bool, expectations: Expectations, elapsed_s: float) -> CheckReport:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from devctl.checks.verdict import Verdict, failed, join, passed, skipped, warned
 from devctl.privilege import as_root, inspect_fix, thp_fix
 from devctl.units import format_bytes

@@ -13,7 +13,7 @@ from typing import Any
 
 from devctl.checks.verdict import Verdict, failed, join, passed, skipped, warned
 from devctl.hostroot import HostRoot
-from devctl.model.health import GpuHealth, GpuProcess, NvmlHealth
+from devctl.model.check import GpuHealth, GpuProcess, NvmlHealth
 
 # Within this many degrees of the slowdown threshold the GPU is about to throttle.
 TEMPERATURE_MARGIN_C = 5

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from devctl.model.health import CheckStatus
+from devctl.model.check import CheckStatus
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,10 @@ def _root(
     """Inspect and diagnose JAX/XLA accelerators: what the machine has, what JAX sees, and why not."""
 
 
-# Command name -> (module under devctl.cli, attribute). `bench` is a group of its own.
+# Command name -> (module under devctl.cli, attribute): every module is named after its command, in every
+# layer (cli/list_.py, collect/list_.py, model/list_.py, render/list_.py: `list` would shadow the builtin). `bench` is a group of its own.
 COMMANDS = {
-    "list": ("inventory", "list_devices"),
+    "list": ("list_", "list_devices"),
     "plugins": ("plugins", "plugins"),
     "env": ("env", "env"),
     "memstats": ("memstats", "memstats"),

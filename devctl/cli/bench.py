@@ -15,13 +15,19 @@ from typing import Annotated, Optional
 
 import typer
 
-from devctl.cli.options import JsonOpt, check_timeout, quoted, read_input_file, shown, split_list
-from devctl.errors import DevctlError, UsageError
+from devctl.cli.options import (
+    JsonOpt,
+    check_timeout,
+    quoted,
+    read_input_file,
+    shown,
+    split_list,
+)
+from devctl.errors import UsageError
 from devctl.model import bench as m
 
 bench_app = typer.Typer(help="Benchmarks of the paths a JAX program uses.", no_args_is_help=True)
 
-PROBE_MODULE = "devctl.probe.transfer"
 DEFAULT_MAX_REGRESSION_PCT = 10.0
 
 
@@ -119,7 +125,7 @@ def transfer(
     )  # fmt: skip
     gate = check_gate(baseline, max_regression)
     timeout_s = check_timeout(timeout)
-    report = run_transfer(opts, timeout_s)
+    report = _run(opts, timeout_s)
     code = 0
     if gate is not None:
         report = _with_gate(report, *gate)
@@ -373,55 +379,6 @@ def _baseline_cell_problem(cell) -> str | None:
 # ---- running -----------------------------------------------------------------------------------
 
 
-def run_transfer(opts: m.TransferOptions, timeout_s: float) -> m.TransferReport:
-    """Run the probe child and assemble its events into a report."""
-    from devctl.probe.runner import run_child
-
-    def on_event(event: dict) -> None:
-        progress.on_event(event)
-        if event.get("event") == "plan":
-            # The first moment the devices are known, before the child allocates anything: raising here ends it.
-            check_sizes_fit(opts, event)
-
-    with _Progress() as progress:
-        result = run_child(PROBE_MODULE, opts.to_request(), timeout_s=timeout_s, on_event=on_event)
-    error = result.last("error")
-    if error is not None:
-        if error.get("kind") == "usage":
-            raise UsageError(error.get("message", "bad input"))
-        raise DevctlError(f"bench transfer: {error.get('message', 'the probe failed')}")
-    done = result.last("done")
-    plan = result.last("plan")
-    if done is None or plan is None:
-        raise DevctlError(f"bench transfer: the benchmark process {result.failure_text()}")
-    return assemble(result.events, elapsed_s=result.elapsed_s)
-
-
-def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.TransferReport:
-    from devctl import __version__
-
-    plan = next(e for e in events if e.get("event") == "plan")
-    done = next(e for e in reversed(events) if e.get("event") == "done")
-    cells = tuple(m.cell_from_dict(e) for e in events if e.get("event") == "cell")
-    memcpy = tuple(
-        m.MemcpyRoof(e["size_bytes"], e["samples"], e["median_s"], e["gbps"], e.get("note"))
-        for e in events
-        if e.get("event") == "roof"
-    )
-    pcie = tuple(m.PcieLink(**link) for link in done.get("pcie", []))
-    devices = tuple(m.DeviceInfo(**{**d, "memory_kinds": tuple(d.get("memory_kinds", ()))}) for d in plan["devices"])
-    environment = {**plan.get("environment", {}), "devctl": __version__, "child_elapsed_s": done.get("elapsed_s")}
-    if elapsed_s is not None:
-        environment["elapsed_s"] = round(elapsed_s, 3)
-    return m.TransferReport(
-        results=cells,
-        roofs=m.Roofs(host_memcpy=memcpy, pcie=pcie, pcie_reason=done.get("pcie_reason")),
-        fastest=m.fastest_paths(cells),
-        devices=devices,
-        environment=environment,
-    )
-
-
 def check_sizes_fit(opts: m.TransferOptions, plan: dict) -> None:
     """A size this machine can never hold is bad input (exit 2), not a run of skipped cells that exits 0.
 
@@ -434,6 +391,8 @@ def check_sizes_fit(opts: m.TransferOptions, plan: dict) -> None:
         return  # the default sweep: the probe itself leaves out what does not fit, and says so
     devices = [d for d in plan.get("devices") or [] if isinstance(d, dict)]
     in_host = any(d.get("platform") == "cpu" for d in devices)
+    from devctl.discovery.host import host_memory_limit
+
     limit, what = host_memory_limit()
     for size in opts.sizes_bytes:
         need = m.host_bytes_needed(opts, size, devices_in_host_memory=in_host, device_count=max(len(devices), 1))
@@ -461,29 +420,6 @@ def _largest_fitting(n: int) -> str:
     return format_size_short(power)
 
 
-def host_memory_limit() -> tuple[int | None, str]:
-    """The most memory this process may ever use, and what sets it: RAM, or a smaller cgroup limit."""
-    import os
-
-    from devctl.safefs import read_regular
-
-    limit, what = None, "this machine's memory"
-    try:
-        limit = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        pass
-    # A container's limit (cgroup v2, then v1); 'max' or a huge number means none.
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = read_regular(path, 64).decode("ascii", "replace").strip()
-        except OSError:
-            continue
-        if text.isdigit() and (limit is None or int(text) < limit):
-            limit, what = int(text), "this container's memory limit"
-        break
-    return limit, what
-
-
 def _with_gate(report: m.TransferReport, baseline: m.Baseline, pct: float) -> m.TransferReport:
     from dataclasses import replace
 
@@ -501,47 +437,11 @@ def _stderr_line(text: str) -> None:
     sys.stderr.flush()
 
 
-class _Progress:
-    """A progress bar on stderr while cells complete, only when stderr is a terminal."""
+def _run(opts: m.TransferOptions, timeout_s: float) -> m.TransferReport:
+    """The benchmark, with a progress bar on a terminal; --sizes is checked against the machine as soon as
+    the child has said what it will measure on, before it allocates anything."""
+    from devctl.collect.bench import run_transfer
+    from devctl.render.bench import Progress
 
-    def __init__(self):
-        self._bar = None
-        self._task = None
-
-    def __enter__(self) -> _Progress:
-        if sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            from devctl.render.console import err
-
-            self._bar = Progress(
-                TextColumn("{task.description}", markup=False),  # the label carries device and variant names
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=err(),
-                transient=True,
-            )
-            self._bar.start()
-            self._task = self._bar.add_task("starting jax", total=None)
-        return self
-
-    def on_event(self, event: dict) -> None:
-        if self._bar is None:
-            return
-        kind = event.get("event")
-        if kind == "plan":
-            self._bar.update(self._task, total=event.get("cells"), description="measuring")
-        elif kind == "cell":
-            label = f"{event.get('direction')} {event.get('variant')} {_short(event.get('size_bytes'))}"
-            self._bar.update(self._task, advance=1, description=label)
-
-    def __exit__(self, *exc) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-
-
-def _short(n) -> str:
-    from devctl.units import format_size_short
-
-    return format_size_short(n) if isinstance(n, int) else "?"
+    with Progress() as progress:
+        return run_transfer(opts, timeout_s, on_event=progress.on_event, check_plan=lambda plan: check_sizes_fit(opts, plan))

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from devctl.checks import CHECK_NAMES
 from devctl.cli.options import (
     AllPrintOpt,
     CoordinatorOpt,
@@ -29,9 +30,8 @@ from devctl.cli.options import (
     split_list,
     write_output,
 )
-from devctl.checks import CHECK_NAMES
 from devctl.errors import UsageError
-from devctl.model.health import Expectations
+from devctl.model.check import Expectations
 from devctl.units import RATE_HELP, parse_rate_gbps, parse_size
 
 # Same values as `devctl list --platform`, but here an expectation: it must initialize.
@@ -94,7 +94,7 @@ def check(
         )
     )  # fmt: skip
     root = check_host_root(host_root)
-    from devctl.distributed import cluster_from_flags
+    from devctl.collect.distributed import cluster_from_flags
 
     cluster = cluster_from_flags(distributed, coordinator, num_processes, process_id, all_print)
     junit_to_stdout = junit_xml == "-"
@@ -103,8 +103,8 @@ def check(
     if junit_xml is not None and not junit_to_stdout:
         check_output_path("--junit-xml", junit_xml)
 
-    from devctl.checks.runner import check as run
-    from devctl.render import health as render
+    from devctl.collect.check import check as run
+    from devctl.render import check as render
 
     def run_here():
         with render.progress("running checks...") as update:
@@ -143,7 +143,7 @@ def _check_cluster(cluster, run_here, options, all_print: bool):
     import time
 
     from devctl.checks.cluster import merge_reports
-    from devctl.distributed import gather_reports
+    from devctl.collect.distributed import gather_reports
     from devctl.model import to_jsonable
 
     started = time.monotonic()
@@ -188,7 +188,7 @@ class Flags:
 
 
 def resolve(flags: Flags, cwd: str | None = None) -> CheckOptions:
-    from devctl.checks.runner import select
+    from devctl.collect.check import select
     from devctl.discovery.envvars import check_platforms
     from devctl.probe.runner import DEFAULT_TIMEOUT_S
 

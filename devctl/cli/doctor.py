@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from devctl.cli.options import HostRootOpt, JsonOpt, TimeoutOpt, check_host_root, check_timeout
+from devctl.cli.options import (
+    HostRootOpt,
+    JsonOpt,
+    TimeoutOpt,
+    check_host_root,
+    check_timeout,
+)
 
 
 def doctor(
@@ -20,8 +26,8 @@ def doctor(
     timeout_s = check_timeout(timeout)
     root = check_host_root(host_root)
 
-    from devctl.diagnosis import doctor as diagnose
-    from devctl.render.health import progress
+    from devctl.collect.doctor import doctor as diagnose
+    from devctl.render.check import progress
 
     with progress("examining this machine..."):
         report = diagnose(host_root=root, timeout_s=timeout_s)
@@ -31,7 +37,7 @@ def doctor(
 
         print_json(to_jsonable(report))
     else:
-        from devctl.render.health import render_doctor
+        from devctl.render.doctor import render_doctor
 
         render_doctor(report)
     raise typer.Exit(report.exit_code)

@@ -7,7 +7,7 @@ from devctl.cli.options import JsonOpt
 
 def env(json_out: JsonOpt = False) -> None:
     """Versions of everything and the environment variables that change JAX's device behaviour."""
-    from devctl.environment import collect_environment
+    from devctl.collect.env import collect_environment
 
     rep = collect_environment()
     if json_out:
@@ -16,6 +16,6 @@ def env(json_out: JsonOpt = False) -> None:
 
         print_json(to_jsonable(rep))
     else:
-        from devctl.render.environment import render_environment
+        from devctl.render.env import render_environment
 
         render_environment(rep)

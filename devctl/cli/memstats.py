@@ -39,9 +39,8 @@ def memstats(
     all_print: AllPrintOpt = False,
 ) -> None:
     """Device memory: the allocator view (memory_stats), the driver view (NVML), the host view, and running jobs' own views."""
-    from devctl.memstats import parse_device_filter
-
-    from devctl.distributed import cluster_from_flags
+    from devctl.collect.distributed import cluster_from_flags
+    from devctl.collect.memstats import parse_device_filter
 
     cluster = cluster_from_flags(distributed, coordinator, num_processes, process_id, all_print)
     if cluster is not None:
@@ -59,7 +58,7 @@ def memstats(
     timeout_s = check_timeout(timeout)
     root = check_host_root(host_root)
 
-    from devctl.memstats import MemstatsSampler
+    from devctl.collect.memstats import MemstatsSampler
 
     sampler = MemstatsSampler(device_filter=device_filter, timeout_s=timeout_s, host_root=root)
     first = sampler.first()
@@ -70,7 +69,7 @@ def memstats(
 
 
 def _memstats_cluster(json_out: bool, timeout, host_root: str, params, all_print: bool, **single_host_only) -> None:
-    from devctl.distributed import cluster_memstats
+    from devctl.collect.distributed import cluster_memstats
 
     # The cluster view is one snapshot of every device of every process.
     instead = {

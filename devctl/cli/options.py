@@ -8,7 +8,6 @@ import typer
 
 from devctl.errors import UsageError
 
-
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 # Parsed by check_timeout, not typer, so a bad value is named in the error.
 TimeoutOpt = Annotated[
@@ -28,7 +27,7 @@ PlatformOpt = Annotated[
     typer.Option("--platform", "-p", metavar="NAME", help="Only this JAX platform (repeatable): cpu, cuda, rocm, tpu, gpu or a plugin's name."),
 ]
 
-# Cluster options (--distributed). Numbers are parsed by devctl.distributed.cluster_params, not typer,
+# Cluster options (--distributed). Numbers are parsed by devctl.collect.distributed.cluster_params, not typer,
 # so a bad value gets a one-line error that names it.
 _CLUSTER = "Cluster (--distributed)"
 DistributedOpt = Annotated[

@@ -11,7 +11,7 @@ def plugins(json_out: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
     """List JAX plugins and PJRT_NAMES_AND_LIBRARY_PATHS entries with their PJRT API versions."""
     timeout_s = check_timeout(timeout)
 
-    from devctl.discovery.plugins import plugins_report
+    from devctl.collect.plugins import plugins_report
 
     reports = plugins_report(timeout_s=timeout_s)
     if json_out:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 
 from devctl.hostroot import HostRoot
-from devctl.text import printable
 from devctl.model.hardware import AmdGpu, AmdReport
+from devctl.text import printable
 
 TOPOLOGY = "/sys/class/kfd/kfd/topology/nodes"
 _MAX_PROPERTIES_BYTES = 16 * 1024  # JAX skips larger files

@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Callable, Mapping
 
 from devctl.errors import UsageError
-from devctl.model.environment import EnvVar
+from devctl.model.env import EnvVar
 from devctl.safefs import read_regular
 
 KNOWN_PLATFORM_NAMES = ("cpu", "cuda", "rocm", "tpu", "gpu", "metal", "oneapi", "sycl", "xpu", "proxy", "interpreter")
@@ -350,7 +350,6 @@ _EXPLAIN: dict[str, Callable[[str], tuple[str, str | None]]] = {
     "HIP_VISIBLE_DEVICES": _cuda_visible,
     "ROCR_VISIBLE_DEVICES": _cuda_visible,
     "CUDA_DEVICE_ORDER": _const("CUDA device numbering order (PCI_BUS_ID matches nvidia-smi)"),
-    "JAX_LOCAL_DEVICE_IDS": _const("devices this process uses under jax.distributed"),
     "XLA_PYTHON_CLIENT_PREALLOCATE": _preallocate,
     "TF_GPU_ALLOCATOR": _const("TensorFlow-style allocator choice (cuda_malloc_async)"),
     "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": _const("skips the CUDA library version checks at plugin start"),

@@ -13,8 +13,8 @@ import socket
 import sys
 
 from devctl.hostroot import HostRoot
-from devctl.text import printable
 from devctl.model.hardware import HostInfo
+from devctl.text import printable
 
 THP_PATH = "/sys/kernel/mm/transparent_hugepage/enabled"
 # jax/_src/hardware_utils.py: transparent_hugepages_enabled() compares the whole line.
@@ -191,3 +191,24 @@ def _kernel(root: HostRoot, unavailable: dict[str, str]) -> str | None:
         return printable(text.splitlines()[0])
     unavailable["kernel"] = "no /proc/sys/kernel/osrelease under the host root"
     return None
+
+
+def host_memory_limit() -> tuple[int | None, str]:
+    """The most memory this process may ever use, and what sets it: RAM, or a smaller cgroup limit."""
+    from devctl.safefs import read_regular
+
+    limit, what = None, "this machine's memory"
+    try:
+        limit = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        pass
+    # A container's limit (cgroup v2, then v1); 'max' or a huge number means none.
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = read_regular(path, 64).decode("ascii", "replace").strip()
+        except OSError:
+            continue
+        if text.isdigit() and (limit is None or int(text) < limit):
+            limit, what = int(text), "this container's memory limit"
+        break
+    return limit, what

@@ -18,9 +18,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from devctl.discovery.pci import PCI_DEVICES, class_code, hex_id, link_name, numa_node, pci_addresses
+from devctl.discovery.pci import (
+    PCI_DEVICES,
+    class_code,
+    hex_id,
+    link_name,
+    numa_node,
+    pci_addresses,
+)
 from devctl.hostroot import HostRoot
-from devctl.model.hardware import CudaWheel, Finding, GpuProcess, NvidiaGpu, NvmlReport, PciFunction
+from devctl.model.hardware import (
+    CudaWheel,
+    Finding,
+    GpuProcess,
+    NvidiaGpu,
+    NvmlReport,
+    PciFunction,
+)
 
 NVIDIA_PCI_VENDOR_ID = "0x10de"
 # jax/_src/hardware_utils.py _NVIDIA_GPU_DEVICES: nvidiactl covers Docker/Kubernetes, dxg WSL2.

@@ -19,7 +19,7 @@ import pkgutil
 import sys
 from collections.abc import Mapping
 
-from devctl.model.plugins import PluginEntry, PluginReport, PluginSource, PluginStatus
+from devctl.model.plugins import PluginEntry, PluginSource, PluginStatus
 
 NAMESPACE = "jax_plugins"
 ENV_VAR = "PJRT_NAMES_AND_LIBRARY_PATHS"
@@ -45,30 +45,6 @@ _MACHO_MAGICS = {
 # JAX's own words, so users can match them against their logs.
 MODULE_MISSING_TEXT = "Jax plugin configuration error: Plugin module {} does not exist"
 JSON_WITHOUT_LIBRARY_PATH_TEXT = 'PJRT plugin config file should contain "library_path" field.'
-
-
-def plugins_report(
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    *,
-    environ: Mapping[str, str] | None = None,
-    introspect: bool = True,
-) -> list[PluginReport]:
-    """Every plugin JAX would consider, each library probed in its own child process."""
-    environ = os.environ if environ is None else environ
-    entries = find_plugin_packages(environ=environ) + parse_pjrt_env(environ.get(ENV_VAR))
-    paths = [e.library_path for e in entries if e.status is PluginStatus.OK and e.library_path]
-    infos, framework = {}, None
-    if introspect and paths:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from devctl.probe.framework_pjrt import framework_pjrt
-        from devctl.probe.pjrt_library import introspect_libraries
-
-        with ThreadPoolExecutor(max_workers=1) as pool:  # jaxlib's own PJRT version, beside each library's
-            pending = pool.submit(framework_pjrt, timeout_s)
-            infos = introspect_libraries(paths, timeout_s)
-            framework = pending.result()
-    return [PluginReport.from_parts(e, infos.get(e.library_path or ""), framework) for e in entries]
 
 
 # ------------------------------------------------------------------ packages

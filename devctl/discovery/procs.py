@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterable
 
 from devctl.hostroot import HostRoot
-from devctl.text import printable
 from devctl.model.hardware import HolderScan, ProcessRef
+from devctl.text import printable
 
 
 def path_holders(root: HostRoot, match: str | re.Pattern[str] | Iterable[str]) -> dict[str, list[ProcessRef]]:

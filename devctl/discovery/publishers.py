@@ -1,4 +1,4 @@
-"""Read the snapshots that running JAX jobs publish with `devctl.monitor.publish()`.
+"""Read the snapshots that running JAX jobs publish with `devctl.publish.publish()`.
 
 `Device.memory_stats()` and `jax.live_arrays()` answer only inside the process
 that owns the devices, so each job writes `<pid>.json` into a per-user
@@ -43,10 +43,16 @@ from devctl.model.publishers import (
     PublishedArray,
     PublishedDevice,
     PublisherProblem,
-    PublishersReport,
     PublisherSnapshot,
+    PublishersReport,
 )
-from devctl.safefs import UnsafeFile, file_kind, open_private_directory, private_directory_problem, read_regular
+from devctl.safefs import (
+    UnsafeFile,
+    file_kind,
+    open_private_directory,
+    private_directory_problem,
+    read_regular,
+)
 from devctl.text import printable
 
 ENV_DIR = "DEVCTL_RUNTIME_DIR"

@@ -13,10 +13,23 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from devctl.discovery.pci import (
+    PCI_DEVICES,
+    hex_id,
+    link_name,
+    linked_pci_address,
+    numa_node,
+    pci_addresses,
+)
 from devctl.discovery.procs import pid_alive, process_ref, scan_holders
-from devctl.discovery.pci import PCI_DEVICES, hex_id, link_name, linked_pci_address, numa_node, pci_addresses
 from devctl.hostroot import HostRoot
-from devctl.model.hardware import HolderScan, ProcessRef, TpuChip, TpuLockfile, TpuReport
+from devctl.model.hardware import (
+    HolderScan,
+    ProcessRef,
+    TpuChip,
+    TpuLockfile,
+    TpuReport,
+)
 from devctl.privilege import as_root, why_uninspectable
 
 GOOGLE_PCI_VENDOR_ID = "0x1ae0"

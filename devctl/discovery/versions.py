@@ -24,7 +24,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from devctl.model.environment import PackageChange, PackageVersion, StackFix, VersionFinding
+from devctl.model.env import PackageChange, PackageVersion, StackFix, VersionFinding
 from devctl.model.plugins import FrameworkPjrt
 
 _PLUGIN_RE = re.compile(r"^jax[-_](cuda\d+|rocm\d+|oneapi)[-_](plugin|pjrt)$")

@@ -1,4 +1,4 @@
-"""What running JAX jobs publish about themselves (`devctl.monitor.publish`), as read back by devctl.
+"""What running JAX jobs publish about themselves (`devctl.publish.publish`), as read back by devctl.
 
 A job's allocator statistics exist only inside that job, so the job writes
 snapshots into a per-user directory and devctl reads them. These classes are

@@ -14,11 +14,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the child imports this module too and needs none of the parent's machinery
-    from devctl.model.inventory import BackendInfo, DeviceInfo, JaxOutcome
+    from devctl.model.list_ import BackendInfo, DeviceInfo, JaxOutcome
     from devctl.probe.runner import ChildResult
 
 _MODULE = "devctl.probe.backends"
@@ -44,10 +43,9 @@ def probe_backends(
 
     `hold_off` names platforms not to touch at all, with the reason (a TPU another process holds).
     """
-    from devctl.model.inventory import BackendInfo, BackendStatus, DeviceInfo
-    from devctl.probe.runner import collect, run_child, send_request, take_prestarted
-
+    from devctl.model.list_ import BackendInfo, BackendStatus, DeviceInfo
     from devctl.probe.prediction import predict
+    from devctl.probe.runner import collect, run_child, send_request, take_prestarted
 
     result = BackendsProbe()
     by_platform: dict[str, BackendInfo] = {
@@ -119,7 +117,7 @@ def probe_backends(
 
 def default_platform(backends: list[BackendInfo]) -> str | None:
     """The backend jax.devices() would use: the working one with the highest priority (JAX_PLATFORMS order when set)."""
-    from devctl.model.inventory import BackendStatus
+    from devctl.model.list_ import BackendStatus
 
     ok = [b for b in backends if b.status is BackendStatus.OK]
     return max(ok, key=lambda b: b.priority if b.priority is not None else -1).platform if ok else None
@@ -141,7 +139,7 @@ def _culprit(child: ChildResult) -> tuple[str, str] | None:
 
 
 def _failed(name: str, child: ChildResult, where: str, plugin: str | None = None, source: str | None = None) -> BackendInfo:
-    from devctl.model.inventory import BackendInfo, BackendStatus
+    from devctl.model.list_ import BackendInfo, BackendStatus
     from devctl.probe.runner import last_line
 
     status = BackendStatus.TIMEOUT if child.timed_out else BackendStatus.CRASHED
@@ -203,8 +201,8 @@ def _child_main() -> None:
 def instrument_plugin_discovery(xb, emit, skip: set[str]) -> None:
     """Wrap JAX's plugin discovery so each plugin's import and initialize() is announced and timed."""
     import importlib
-    from importlib.metadata import entry_points
     import pkgutil
+    from importlib.metadata import entry_points
 
     current: list[str] = []  # the packaged plugin whose initialize() is running
     env_done: dict[str, bool] = {}  # PJRT_NAMES_AND_LIBRARY_PATHS entry -> loaded, for those announced

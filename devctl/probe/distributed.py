@@ -19,9 +19,9 @@ its output kept in a file the parent reads to name the missing processes.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import ipaddress
 import json
-import inspect
 import math
 import os
 import re
@@ -108,7 +108,13 @@ def exchange(
     Raises UsageError when JAX rejects the cluster parameters, DevctlError when
     a process never joined or sent no report (named), or this process failed.
     """
-    from devctl.probe.runner import collect, end_child, owned_tempdir, start_child, take_prestarted
+    from devctl.probe.runner import (
+        collect,
+        end_child,
+        owned_tempdir,
+        start_child,
+        take_prestarted,
+    )
 
     progress = _Progress()
     with owned_tempdir("distributed", (_LOG_NAME,)) as tmp:
@@ -703,7 +709,11 @@ def _probe_local(probe: dict) -> dict:
     """Every backend, as devctl.probe.backends does it, keeping only this process's own devices."""
     from jax._src import xla_bridge as xb
 
-    from devctl.probe.backends import init_backend, instrument_plugin_discovery, platforms_to_try
+    from devctl.probe.backends import (
+        init_backend,
+        instrument_plugin_discovery,
+        platforms_to_try,
+    )
     from devctl.probe.channel import emit
 
     instrument_plugin_discovery(xb, emit, set())

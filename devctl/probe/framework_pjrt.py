@@ -92,8 +92,8 @@ def measure() -> dict:
     user = os.environ.get(ENV)
     out: dict = {"setting": user, "answers": {}}
     try:
-        from jaxlib import xla_client
         from jaxlib import version as jaxlib_version
+        from jaxlib import xla_client
 
         out["jaxlib_version"] = jaxlib_version.__version__
     except Exception as exc:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-from devctl.model.health import DeviceTrial, HealthProbeResult
+from devctl.model.check import DeviceTrial, HealthProbeResult
 from devctl.probe.backends import PJRT_ENV
 from devctl.probe.runner import Child, collect, send_request, start_child
 

@@ -11,7 +11,7 @@ prediction with real JAX under the same environment.
 
 from __future__ import annotations
 
-from devctl.model.inventory import BackendInfo, BackendStatus, JaxOutcome
+from devctl.model.list_ import BackendInfo, BackendStatus, JaxOutcome
 
 _SUFFIX_NAMED = " (set JAX_PLATFORMS='' to automatically choose an available backend)"
 _SUFFIX_UNSET = " (you may need to uninstall the failing plugin package, or set JAX_PLATFORMS=cpu to skip this backend.)"

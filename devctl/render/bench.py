@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from devctl.model import to_jsonable
 from devctl.model.bench import Cell, Gate, TransferReport
 from devctl.units import format_seconds, format_size_short
@@ -240,3 +242,55 @@ def roof_lines(report: TransferReport) -> list[str]:
     if not report.roofs.pcie and report.roofs.pcie_reason:
         lines.append(f"Roof, PCIe: not measured ({report.roofs.pcie_reason})")
     return lines
+
+
+class Progress:
+    """A progress bar on stderr while cells complete, only when stderr is a terminal."""
+
+    def __init__(self):
+        self._bar = None
+        self._task = None
+
+    def __enter__(self) -> Progress:
+        if sys.stderr.isatty():
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            from devctl.render.console import err
+
+            self._bar = Progress(
+                TextColumn("{task.description}", markup=False),  # the label carries device and variant names
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err(),
+                transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("starting jax", total=None)
+        return self
+
+    def on_event(self, event: dict) -> None:
+        if self._bar is None:
+            return
+        kind = event.get("event")
+        if kind == "plan":
+            self._bar.update(self._task, total=event.get("cells"), description="measuring")
+        elif kind == "cell":
+            label = f"{event.get('direction')} {event.get('variant')} {_short(event.get('size_bytes'))}"
+            self._bar.update(self._task, advance=1, description=label)
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def _short(n) -> str:
+    from devctl.units import format_size_short
+
+    return format_size_short(n) if isinstance(n, int) else "?"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
-from devctl.text import printable
 from devctl.render.console import data_table, out
+from devctl.text import printable
 from devctl.units import format_bytes
 
 _SPARK = "▁▂▃▄▅▆▇█"

@@ -17,7 +17,13 @@ from typing import Any
 
 from devctl import __version__
 from devctl.hostroot import HostRoot
-from devctl.model.inventory import BackendInfo, BackendStatus, DeviceInfo, JaxOutcome, UnusedAccelerator
+from devctl.model.list_ import (
+    BackendInfo,
+    BackendStatus,
+    DeviceInfo,
+    JaxOutcome,
+    UnusedAccelerator,
+)
 
 SCHEMA = "devctl.list/1"
 
@@ -76,12 +82,11 @@ def collect_inventory(
     platforms: list[str] | None = None, timeout_s: float | None = None, host_root: str = "/"
 ) -> Inventory:
     """Everything `devctl list` shows. Never raises for a broken backend or plugin."""
+    from devctl.collect.plugins import plugins_report
     from devctl.discovery.host import host_info
-    from devctl.discovery.plugins import plugins_report
+    from devctl.discovery.tpu import held_reason, tpu_info
     from devctl.probe.backends import probe_backends
     from devctl.probe.runner import DEFAULT_TIMEOUT_S
-
-    from devctl.discovery.tpu import held_reason, tpu_info
 
     timeout_s = timeout_s or DEFAULT_TIMEOUT_S
     root = HostRoot(host_root)
@@ -200,7 +205,7 @@ def _why_not(backend: BackendInfo | None, default: str) -> str:
 
 def with_hint(b: BackendInfo, hw: Hardware) -> BackendInfo:
     """The row with its one-line advice and finding code (the same that check and doctor give)."""
-    from devctl.advice import for_row
+    from devctl.checks.advice import for_row
 
     if b.status is BackendStatus.OK or b.hint:
         return b
@@ -211,7 +216,7 @@ def with_hint(b: BackendInfo, hw: Hardware) -> BackendInfo:
 
 
 def with_advice(outcome: JaxOutcome | None, backends: list[BackendInfo], hw: Hardware) -> JaxOutcome | None:
-    from devctl.advice import for_outcome
+    from devctl.checks.advice import for_outcome
 
     advice = for_outcome(outcome, backends, hw) if outcome is not None else None
     if advice is None:

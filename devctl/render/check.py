@@ -1,4 +1,4 @@
-"""`devctl check` and `devctl doctor` for people (tables, plain words) and for CI (JUnit XML, GitHub annotations)."""
+"""`devctl check` for people (a table) and for CI (JUnit XML, GitHub annotations)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import sys
 from contextlib import contextmanager
 
-from devctl.model.health import CheckReport, CheckResult, CheckStatus, DoctorReport
+from devctl.model.check import CheckReport, CheckStatus
 from devctl.render.console import data_table, out
 
 _LABEL = {CheckStatus.PASS: "pass", CheckStatus.WARN: "WARN", CheckStatus.FAIL: "FAIL", CheckStatus.SKIP: "skip"}
@@ -140,41 +140,3 @@ def _escape_data(text: str) -> str:
 
 def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
-# ---- doctor ----------------------------------------------------------------------------------------
-
-
-def render_doctor(report: DoctorReport) -> None:
-    console = out()
-    say = lambda text="", style=None: console.print(text, markup=False, highlight=False, style=style)  # noqa: E731
-    say("What devctl sees", style="bold")
-    for line in report.overview.sees:
-        say(f"  {line}")
-    say()
-    say("What JAX will use", style="bold")
-    for line in report.overview.jax_will_use:
-        say(f"  {line}")
-    say()
-    if not report.findings:
-        say("No problems found.", style="bold green")
-    else:
-        say(f"Problems found: {len(report.findings)}", style="bold red")
-        for i, f in enumerate(report.findings, 1):
-            number = f"#{f.catalogue_number} " if f.catalogue_number else ""
-            say()
-            say(f"{i}. {f.title}  [{number}{f.code}, {f.severity}]", style="bold")
-            for e in f.evidence:
-                say(f"   evidence: {e}")
-            say(f"   cause:    {f.cause}")
-            say(f"   fix:      {f.fix}")
-            if f.references:
-                say(f"   see:      {', '.join(f.references[:2])}")
-    say()
-    say(_checks_line(report.checks), style="dim")
-
-
-def _checks_line(checks: list[CheckResult]) -> str:
-    counts = {s: sum(1 for r in checks if r.status is s) for s in CheckStatus}
-    text = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
-    return f"Checks run: {text} (devctl check shows each one)"

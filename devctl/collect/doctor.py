@@ -19,17 +19,16 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from devctl import __version__
-from devctl.advice import code_of, finding_of
-from devctl.model.health import (
+from devctl.checks.advice import code_of, finding_of
+from devctl.model.check import CheckResult, CheckStatus
+from devctl.model.doctor import (
     DOCTOR_SCHEMA,
-    CheckResult,
-    CheckStatus,
     DiagnosisFinding,
     DoctorReport,
     KnownFailure,
     Overview,
 )
-from devctl.model.inventory import BackendStatus
+from devctl.model.list_ import BackendStatus
 from devctl.privilege import as_root, thp_fix
 from devctl.units import format_bytes
 
@@ -248,10 +247,10 @@ _HIDDEN_GPU_VALUES = ("", "-1", "none", "NoDevFiles")
 class Scene:
     """Everything the rules read, gathered once."""
 
-    inv: object  # devctl.inventory.Inventory
-    env: object  # devctl.environment.EnvironmentReport
+    inv: object  # devctl.collect.list_.Inventory
+    env: object  # devctl.collect.env.EnvironmentReport
     facts: object  # devctl.checks.facts.MachineFacts
-    nvml: object | None  # model.health.NvmlHealth, when the nvml-health check ran
+    nvml: object | None  # model.check.NvmlHealth, when the nvml-health check ran
     checks: dict[str, CheckResult]
     environ: Mapping[str, str]
 
@@ -296,7 +295,7 @@ class _Draft:
 
 # ---- the rules ------------------------------------------------------------------------------------
 
-# Advice (devctl.advice) reached from the machine's evidence, not from error text: list, check and doctor say the same.
+# Advice (devctl.checks.advice) reached from the machine's evidence, not from error text: list, check and doctor say the same.
 _EVIDENCE_FIRST = ("cuda-plugin-without-gpu", "nvidia-driver-not-mounted", "rocm-plugin-without-gpu", "pjrt-entry-broken")
 
 
@@ -318,7 +317,7 @@ def _outcome(s: Scene) -> Iterable[_Draft]:
 
 
 def _evidence(s: Scene) -> Iterable[_Draft]:
-    from devctl.advice import nvidia_evidence
+    from devctl.checks.advice import nvidia_evidence
 
     for b in s.inv.backends:
         if not _explained_by_evidence(b):
@@ -791,10 +790,10 @@ def overview(s: Scene) -> Overview:
 def doctor(host_root: str = "/", timeout_s: float = 30.0) -> DoctorReport:
     """Discovery, every check without expectations, and the diagnosis."""
     from devctl.checks import CHECK_NAMES
-    from devctl.checks.context import Context
     from devctl.checks.facts import machine_facts
-    from devctl.checks.runner import run_checks
-    from devctl.model.health import Expectations
+    from devctl.collect.check import run_checks
+    from devctl.collect.check_context import Context
+    from devctl.model.check import Expectations
 
     started = time.monotonic()
     with Context(Expectations(timeout_s=timeout_s), host_root, list(CHECK_NAMES)) as ctx:

@@ -29,7 +29,7 @@ class BackendInfo:
     fail_quietly: bool = False  # JAX ignores this backend's failure unless JAX_PLATFORMS names it
     plugin: str | None = None  # the plugin package or env entry that failed before providing a backend
     source: str | None = None  # "env" for a PJRT_NAMES_AND_LIBRARY_PATHS entry
-    hint: str | None = None  # what to do, one line (devctl.advice)
+    hint: str | None = None  # what to do, one line (devctl.checks.advice)
     code: str | None = None  # the finding code of that advice (README: finding codes)
     summary: str | None = None  # what is wrong, in the machine's terms (the error says it in the library's)
 
@@ -66,7 +66,7 @@ class JaxOutcome:
     error: str | None = None  # what jax.devices() raises, `Type: message` as JAX words it; or how it dies
     culprit: str | None = None  # the backend, plugin or PJRT_NAMES_AND_LIBRARY_PATHS entry responsible
     reason: str | None = None  # why the result is "unknown"
-    code: str | None = None  # when it fails: the finding code, what is wrong and what fixes it (devctl.advice)
+    code: str | None = None  # when it fails: the finding code, what is wrong and what fixes it (devctl.checks.advice)
     summary: str | None = None
     fix: str | None = None
     fix_env: dict[str, str | None] | None = None  # the fix as an environment change (None: unset the variable)

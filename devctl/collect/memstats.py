@@ -12,7 +12,14 @@ import time
 
 from devctl.errors import UsageError
 from devctl.hostroot import HostRoot
-from devctl.model.memstats import SCHEMA, Headroom, HostMemory, MemDevice, MemProcess, MemSnapshot
+from devctl.model.memstats import (
+    SCHEMA,
+    Headroom,
+    HostMemory,
+    MemDevice,
+    MemProcess,
+    MemSnapshot,
+)
 
 
 def parse_device_filter(values: list[str] | None) -> list[str] | None:

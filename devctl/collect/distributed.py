@@ -111,12 +111,12 @@ def cluster_inventory(
     params: ClusterParams, *, platforms: list[str] | None, timeout_s: float, host_root: str = "/", all_print: bool = False
 ) -> ClusterReport | None:
     """Every process's inventory, assembled on process 0 (and every process with `all_print`); None elsewhere."""
+    from devctl.collect.list_ import discover_hardware
+    from devctl.collect.plugins import plugins_report
     from devctl.discovery import tpu
     from devctl.discovery.host import host_info
-    from devctl.discovery.plugins import plugins_report
     from devctl.discovery.versions import installed_packages
     from devctl.hostroot import HostRoot
-    from devctl.inventory import discover_hardware
     from devctl.model import to_jsonable
     from devctl.probe.distributed import exchange
 
@@ -155,14 +155,14 @@ def _without_held_tpu(platforms: list[str] | None, tpu_report) -> list[str] | No
 
 def _inventory(probe, hardware, plugins, host, started: float):
     """collect_inventory's assembly, on a probe made after joining the cluster."""
-    from devctl.inventory import assemble_inventory
+    from devctl.collect.list_ import assemble_inventory
 
     return assemble_inventory(probe, hardware, plugins, host, started)
 
 
 def backends_probe(local_probe: dict, progress):
     """The child's backend events as the single-host probe's result."""
-    from devctl.model.inventory import BackendInfo, DeviceInfo
+    from devctl.model.list_ import BackendInfo, DeviceInfo
     from devctl.probe.backends import BackendsProbe
 
     by_platform: dict[str, BackendInfo] = {}
@@ -204,10 +204,10 @@ def _list_devices(payload: dict, index: int, hostname: str) -> list[ClusterDevic
 
 def cluster_memstats(params: ClusterParams, *, timeout_s: float, host_root: str = "/", all_print: bool = False) -> ClusterReport | None:
     """Every process's memstats snapshot, assembled on process 0 (and every process with `all_print`); None elsewhere."""
+    from devctl.collect.memstats import MemstatsSampler
     from devctl.discovery import tpu
     from devctl.discovery.versions import installed_packages
     from devctl.hostroot import HostRoot
-    from devctl.memstats import MemstatsSampler
     from devctl.model import to_jsonable
     from devctl.probe.distributed import exchange
 

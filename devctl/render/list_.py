@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from devctl.model.inventory import BackendStatus
+from devctl.model.list_ import BackendStatus
 from devctl.render.console import data_table, out
 from devctl.units import format_bytes, format_seconds
 

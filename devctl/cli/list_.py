@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from devctl.discovery.envvars import check_platforms
 from devctl.cli.options import (
     AllPrintOpt,
     CoordinatorOpt,
@@ -16,6 +15,7 @@ from devctl.cli.options import (
     check_host_root,
     check_timeout,
 )
+from devctl.discovery.envvars import check_platforms
 
 
 def list_devices(
@@ -33,14 +33,14 @@ def list_devices(
     platforms = check_platforms(platform)
     timeout_s = check_timeout(timeout)
     root = check_host_root(host_root)
-    from devctl.distributed import cluster_from_flags
+    from devctl.collect.distributed import cluster_from_flags
 
     cluster = cluster_from_flags(distributed, coordinator, num_processes, process_id, all_print)
     if cluster is not None:
         _list_cluster(json_out, platforms, timeout_s, root, cluster, all_print)
         return
 
-    from devctl.inventory import collect_inventory
+    from devctl.collect.list_ import collect_inventory
 
     inv = collect_inventory(platforms=platforms, timeout_s=timeout_s, host_root=root)
     if json_out:
@@ -49,7 +49,7 @@ def list_devices(
 
         print_json(to_jsonable(inv))
     else:
-        from devctl.render.inventory import render_inventory
+        from devctl.render.list_ import render_inventory
 
         render_inventory(inv)
     if inv.jax_outcome is not None and inv.jax_outcome.fails:
@@ -62,7 +62,7 @@ def list_devices(
 
 
 def _list_cluster(json_out, platforms, timeout_s, root, params, all_print) -> None:
-    from devctl.distributed import cluster_inventory
+    from devctl.collect.distributed import cluster_inventory
 
     report = cluster_inventory(params, platforms=platforms, timeout_s=timeout_s, host_root=root, all_print=all_print)
     if report is None:  # not process 0: it prints the cluster

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devctl import __version__
-from devctl.model.environment import EnvVar, PackageVersion, StackFix, VersionFinding
+from devctl.model.env import EnvVar, PackageVersion, StackFix, VersionFinding
 
 SCHEMA = "devctl.env/1"
 
@@ -113,22 +113,20 @@ def collect_environment(timeout_s: float = 20.0) -> EnvironmentReport:
 def _with_pjrt_versions(packages: list[PackageVersion], timeout_s: float) -> tuple[list[PackageVersion], Any]:
     """Each plugin package beside the PJRT C API version its library speaks and jaxlib's verdict on it; jaxlib
     beside its own version. The libraries and jaxlib are asked at once, each in a child process."""
-    from concurrent.futures import ThreadPoolExecutor
     from dataclasses import replace
 
+    from devctl.collect.plugins import probe_libraries
     from devctl.discovery.plugins import find_plugin_packages
     from devctl.discovery.versions import _norm
     from devctl.model.plugins import PluginReport, PluginStatus
     from devctl.probe.framework_pjrt import framework_pjrt
-    from devctl.probe.pjrt_library import introspect_libraries
 
     if not any(p.name == "jaxlib" and p.version for p in packages):
         return packages, None
     entries = [e for e in find_plugin_packages() if e.status is PluginStatus.OK and e.library_path and e.distribution]
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(framework_pjrt, timeout_s)
-        infos = introspect_libraries([e.library_path for e in entries], timeout_s) if entries else {}
-        framework = pending.result()
+    infos, framework = probe_libraries([e.library_path for e in entries], timeout_s)
+    if framework is None:  # no plugin library: jaxlib's own version is still shown beside jaxlib
+        framework = framework_pjrt(timeout_s)
     reports = [PluginReport.from_parts(e, infos.get(e.library_path or ""), framework) for e in entries]
     by_dist = {_norm(r.distribution or ""): r for r in reports if r.pjrt_api_version is not None}
     out = []

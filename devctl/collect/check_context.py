@@ -13,8 +13,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable
 
 from devctl.hostroot import HostRoot
-from devctl.model.health import Expectations, HealthProbeResult
-from devctl.model.inventory import BackendStatus
+from devctl.model.check import Expectations, HealthProbeResult
+from devctl.model.list_ import BackendStatus
 
 # What each check reads; the runner starts what the selection needs before the first check runs.
 NEEDS: dict[str, frozenset[str]] = {
@@ -104,11 +104,11 @@ class Context:
     # ---- shared data --------------------------------------------------------------------------
 
     def inventory(self):
-        """devctl.inventory.Inventory: the backend probe and discovery, as `devctl list` reports them."""
+        """devctl.collect.list_.Inventory: the backend probe and discovery, as `devctl list` reports them."""
         return self._get("inventory", self._collect_inventory)
 
     def environment(self):
-        """devctl.environment.EnvironmentReport: package versions and their findings."""
+        """devctl.collect.env.EnvironmentReport: package versions and their findings."""
         return self._get("environment", self._collect_environment)
 
     def health(self) -> HealthProbeResult | None:
@@ -116,11 +116,11 @@ class Context:
         return self._get("health", self._run_health)
 
     def nvml(self):
-        """model.health.NvmlHealth: per-GPU health counters from NVML."""
+        """model.check.NvmlHealth: per-GPU health counters from NVML."""
         return self._get("nvml", self._collect_nvml)
 
     def hardware(self):
-        """devctl.inventory.Hardware, from the inventory when it is being collected anyway."""
+        """devctl.collect.list_.Hardware, from the inventory when it is being collected anyway."""
         if "inventory" in self.needs or "inventory" in self._futures:
             return self.inventory().hardware
         return self._get("hardware", self._discover_hardware)
@@ -157,13 +157,13 @@ class Context:
             self.phases_s.setdefault(key, round(time.monotonic() - started, 3))
 
     def _collect_inventory(self):
-        from devctl.inventory import collect_inventory
+        from devctl.collect.list_ import collect_inventory
 
         # Every backend, not only the expected ones: a broken plugin breaks the user's jax.devices() too.
         return collect_inventory(platforms=None, timeout_s=self.expectations.timeout_s, host_root=self.root.root)
 
     def _collect_environment(self):
-        from devctl.environment import collect_environment
+        from devctl.collect.env import collect_environment
 
         return collect_environment()
 
@@ -197,7 +197,7 @@ class Context:
         return collect_nvml_health(self.root)
 
     def _discover_hardware(self):
-        from devctl.inventory import discover_hardware
+        from devctl.collect.list_ import discover_hardware
 
         return discover_hardware(self.root)
 

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from devctl.model.inventory import BackendInfo, BackendStatus, JaxOutcome
+from devctl.model.list_ import BackendInfo, BackendStatus, JaxOutcome
 
 PJRT_ENV = "PJRT_NAMES_AND_LIBRARY_PATHS"
 CODE_PREFIX = "DEVCTL_FR_"

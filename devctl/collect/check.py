@@ -9,11 +9,16 @@ import time
 from typing import Callable
 
 from devctl import __version__
-from devctl.checks import CHECK_NAMES
-from devctl.checks import backends, compute, machine, nvml, software
-from devctl.checks.context import Context
+from devctl.checks import CHECK_NAMES, backends, compute, machine, nvml, software
 from devctl.checks.verdict import Verdict
-from devctl.model.health import CHECK_SCHEMA, CheckReport, CheckResult, CheckStatus, Expectations
+from devctl.collect.check_context import Context
+from devctl.model.check import (
+    CHECK_SCHEMA,
+    CheckReport,
+    CheckResult,
+    CheckStatus,
+    Expectations,
+)
 
 CHECKS: dict[str, Callable[[Context], Verdict]] = {
     "versions": software.check_versions,
