@@ -121,9 +121,10 @@ def _make_step():
 def per_snapshot(state: list, step, repeats: int):
     import jax
 
-    from devctl.publish import _ArrayCache, _encode, build_snapshot
+    from devctl.publish.document import build_snapshot, encode
+    from devctl.publish.live_arrays import ArrayCache
 
-    cache = _ArrayCache()
+    cache = ArrayCache()
 
     def snap():
         return build_snapshot(interval_s=1.0, top_k=10, initialize=False, cache=cache)
@@ -157,8 +158,8 @@ def per_snapshot(state: list, step, repeats: int):
     run("after a step + host fetch of sharded arrays (aliases)", step_and_fetch)
     state = new_step(state)
     doc = snap()
-    enc = statistics.median(_timed(lambda: _encode(doc))[0] for _ in range(repeats))
-    print(f"JSON encoding: {enc * 1e3:.3f} ms ({len(_encode(doc))} bytes)")
+    enc = statistics.median(_timed(lambda: encode(doc))[0] for _ in range(repeats))
+    print(f"JSON encoding: {enc * 1e3:.3f} ms ({len(encode(doc))} bytes)")
     return state
 
 

@@ -4,7 +4,9 @@ Importing devctl is cheap: heavy modules (jax, numpy, pynvml) load only inside
 the functions that need them.
 """
 
-__version__ = "0.1.0"
+from devctl.version import __version__
+
+__all__ = ["__version__", "inventory"]
 
 
 def inventory(*, platforms=None, timeout_s=None, host_root="/"):

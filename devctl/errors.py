@@ -19,6 +19,15 @@ class DevctlError(Exception):
 
 
 class UsageError(DevctlError):
-    """Bad input: a flag value, an environment variable, a config file, an output path."""
+    """Bad input: a flag value, an environment variable, a config file, an output path. Raised in cli/ only,
+    where every flag is parsed; the layers below take typed values."""
+
+    exit_code = ExitCode.USAGE
+
+
+class InputRejected(DevctlError):
+    """Input that parsed, but that only facts of this machine can refuse: a device id it does not have,
+    a snapshot directory that is not private, a size its memory cannot hold. Raised below cli/; bad input
+    all the same, so exit 2."""
 
     exit_code = ExitCode.USAGE

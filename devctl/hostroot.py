@@ -99,6 +99,7 @@ class HostRoot:
         (relative to the link's directory; `..` stops at /), without reading or following the target, which
         may be absent. None when `absolute` is not a link."""
         directory, name = posixpath.split(absolute.rstrip("/"))
+        local_dir: str | None
         if self.is_real:
             local_dir = os.path.realpath(directory)
             host_dir = local_dir

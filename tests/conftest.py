@@ -73,7 +73,7 @@ from pjrt_fixtures import pjrt_libs  # noqa: E402,F401  (session fixture: real P
 
 
 def _has_nvidia_gpu() -> bool:
-    from devctl.discovery.nvidia import nvml_report
+    from devctl.discovery.nvml import nvml_report
 
     return bool(nvml_report().gpus)
 
@@ -95,3 +95,20 @@ def _gpu_present() -> bool:
     if _GPU is None:
         _GPU = _has_nvidia_gpu()
     return _GPU
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; without xdist installed it is never called
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than the CPUs this process may use.
+
+    Much of the suite waits on devctl subprocesses, timeouts and hung children rather than computing, so
+    a spare worker keeps the CPUs busy: on the 2-core VM 3 workers took 151-165 s, 2 workers 236 s and 4
+    no less than 3 (tests/README.md, "Speed"). PYTEST_XDIST_AUTO_NUM_WORKERS still overrides it.
+    """
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own implementation reads it
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return cpus + 1

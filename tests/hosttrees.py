@@ -356,7 +356,7 @@ def outside_files(tmp_path: Path, marker: str) -> Path:
     (out / "version").write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {OUTSIDE_DRIVER_VERSION}  {marker}\n")
     (out / "meminfo").write_text("MemTotal:       31337 kB\n")
     pci = out / "pci"
-    for name, text in (("vendor", "0x10de"), ("device", "0x3133"), ("class", "0x030200"), ("numa_node", "7")):
+    for name, text in (("vendor", NVIDIA), ("device", "0x3133"), ("class", "0x030200"), ("numa_node", "7")):
         (pci / "0000:99:00.0").mkdir(parents=True, exist_ok=True)
         (pci / "0000:99:00.0" / name).write_text(text + "\n")
     proc = out / "proc" / "666"

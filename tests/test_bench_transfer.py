@@ -200,6 +200,14 @@ def test_chosen_pair_and_all_pairs():
     assert len(pairs) == 12 and all(s != d for s, d in pairs)
 
 
+def test_devices_named_by_platform_and_with_leading_zeros():
+    # memstats' device grammar: N or platform:N, `01` is device 1, repeats named once.
+    doc = bench("--sizes", "4K", "--repeats", "3", "--direction", "h2d,d2d", "--device", "cpu:1,01", "--device", "CPU:03",
+                "--src", "cpu:2", "--dst", "01", "--no-verify")  # fmt: skip
+    assert [c["dst"] for c in cells(doc, direction="h2d")] == ["cpu:1", "cpu:3"]
+    assert {(c["src"], c["dst"]) for c in cells(doc, direction="d2d")} == {("cpu:2", "cpu:1")}
+
+
 def test_device_all_and_no_verify():
     doc = bench("--sizes", "4K", "--repeats", "3", "--direction", "h2d,d2d-self", "--device", "all", "--no-verify")
     assert {c["dst"] for c in cells(doc, direction="h2d")} == {"cpu:0", "cpu:1", "cpu:2", "cpu:3"}
@@ -354,6 +362,13 @@ def test_gate_with_no_matching_cell_is_bad_input(tmp_path, baseline_doc):
         (("--sizes", ""), "--sizes is empty"),
         (("--device", "²"), "'²'"),  # str.isdigit() says yes, int() says no
         (("--device", "9" * 5000), "is not a device id"),
+        (("--device", "tpu-chip:0"), "JAX does not use"),  # memstats' physical views are no JAX device
+        (("--device", "warp:0"), "names no platform"),
+        (("--src", ""), "--src is empty"),
+        (("--src", "0,1"), "--src takes one device"),
+        (("--dst", "all"), "--dst takes one device"),
+        (("--src", "-1"), "'-1' is not a device id"),
+        (("--src", "01", "--dst", "cpu:1"), "d2d-self"),
         (("--sizes", "9" * 5000), "not a size"),
         # Flags that would be silently ignored together.
         (("--src", "0", "--all-pairs"), "--all-pairs"),
@@ -378,6 +393,9 @@ def test_bad_flags_fail_fast_with_one_line(args, needle):
         (("--direction", "d2d", "--src", "9"), "unknown device id 9 for --src"),
         (("--direction", "d2d", "--dst", "7"), "unknown device id 7 for --dst"),
         (("--device", "5"), "unknown device id 5 for --device"),
+        # A platform the device is not on is as unknown as an id the host lacks.
+        (("--device", "cuda:0"), "unknown device cuda:0 for --device"),
+        (("--direction", "d2d", "--src", "tpu:1"), "unknown device tpu:1 for --src"),
     ],
 )
 def test_unknown_device_is_bad_input(args, needle):
@@ -409,7 +427,7 @@ def test_bad_baselines(tmp_path):
 
 
 def test_pcie_peak_table():
-    from devctl.probe.transfer import pcie_peak_gbps
+    from devctl.probe.transfer_links import pcie_peak_gbps
 
     assert pcie_peak_gbps(5, 16) == pytest.approx(63.0, abs=0.02)
     assert pcie_peak_gbps(4, 16) == pytest.approx(31.5, abs=0.02)

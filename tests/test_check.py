@@ -305,7 +305,7 @@ def test_check_and_doctor_help_import_nothing_heavy():
     )
     for command in ("check", "doctor"):
         proc = subprocess.run([sys.executable, "-c", code, command, "--help"], env=devctl_env(), capture_output=True, text=True, timeout=60, cwd=ROOT)
-        assert "--json" in proc.stdout
+        assert proc.returncode == 0 and "--json" in proc.stdout, proc.stderr
         assert "HEAVY:\n" in proc.stderr, proc.stderr
 
 
@@ -316,7 +316,8 @@ def test_nvml_health_verdicts_from_the_counters(monkeypatch):
     """pynvml's C calls replaced by a sick GPU 0 and a healthy GPU 1; the real GPU test is below."""
     import pynvml
 
-    from devctl.checks.nvml import collect_nvml_health, gpu_problems
+    from devctl.checks.nvml import gpu_problems
+    from devctl.discovery.nvml import nvml_health
     from devctl.hostroot import HostRoot
 
     sick = {
@@ -338,7 +339,7 @@ def test_nvml_health_verdicts_from_the_counters(monkeypatch):
     }  # fmt: skip
     for name, fn in sick.items():
         monkeypatch.setattr(pynvml, name, fn)
-    report = collect_nvml_health(HostRoot("/"))
+    report = nvml_health(HostRoot("/"))
     assert report.status == "ok" and len(report.gpus) == 2
     g0, g1 = report.gpus
     assert (g0.ecc_uncorrected_volatile, g0.remap_pending, g0.throttle_reasons) == (2, True, ("hw_thermal_slowdown",))
@@ -395,7 +396,7 @@ def test_memory_verdicts_against_bytes_limit():
 
 @pytest.mark.gpu
 def test_check_on_a_real_gpu():
-    from devctl.discovery.nvidia import nvml_report
+    from devctl.discovery.nvml import nvml_report
 
     if nvml_report().status != "ok":
         pytest.skip("no NVML here")

@@ -168,3 +168,40 @@ def test_list_with_bad_flags_leaves_no_probe_child_behind():
         except OSError:
             continue
     assert not leftovers, f"probe children still running: {leftovers}"
+
+
+# ---- the layers' rules for input and output ----------------------------------------------------------------
+
+# Raising UsageError below cli/ would mean a flag string was parsed there. Input only the machine can refuse
+# is InputRejected. Pending: the distributed probe still raises UsageError when JAX rejects the cluster flags.
+USAGE_ERROR_PENDING: set[str] = set()
+
+
+def test_usage_errors_are_raised_in_cli_only():
+    import ast
+
+    raising = set()
+    for path in sorted((ROOT / "devctl").rglob("*.py")):
+        where = path.relative_to(ROOT).as_posix()
+        if where.startswith("devctl/cli/") or where == "devctl/errors.py":
+            continue
+        tree = ast.parse(path.read_text(), where)
+        if any(isinstance(node, ast.Name) and node.id == "UsageError" for node in ast.walk(tree)):
+            raising.add(where)
+    assert raising <= USAGE_ERROR_PENDING, f"UsageError below cli/: {sorted(raising - USAGE_ERROR_PENDING)}; raise InputRejected"
+    assert raising == USAGE_ERROR_PENDING, f"no longer pending, take them off USAGE_ERROR_PENDING: {sorted(USAGE_ERROR_PENDING - raising)}"
+
+
+def test_every_report_has_one_table_and_commands_print_through_emit():
+    import importlib
+
+    from devctl.render.emit import TABLES
+
+    # Every command's document has a schema file; a publishing job's snapshot (devctl.publisher/1) is no command's.
+    schemas = {p.name.removesuffix(".json") for p in (ROOT / "devctl" / "schemas").glob("*.json")} - {"publisher"}
+    assert {s.removeprefix("devctl.").rsplit("/", 1)[0] for s in TABLES} == schemas
+    for module, function in TABLES.values():
+        assert callable(getattr(importlib.import_module(f"devctl.render.{module}"), function))
+    # One JSON-or-table switch: no command writes a JSON document itself (memstats --watch streams JSON Lines).
+    for path in (ROOT / "devctl" / "cli").glob("*.py"):
+        assert "print_json(" not in path.read_text(), f"{path.name} prints JSON itself; hand the report to devctl.render.emit"

@@ -177,8 +177,9 @@ def test_a_process_killed_after_joining_is_named_and_nobody_hangs(tmp_path):
 
 _GATHER_SCRIPT = """
 import json, socket, sys
-from devctl.collect.distributed import cluster_params, gather_reports
-params = cluster_params(sys.argv[1], sys.argv[2], sys.argv[3])
+from devctl.collect.distributed import gather_reports
+from devctl.model.distributed import ClusterParams
+params = ClusterParams(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
 report = lambda: {"process": int(sys.argv[3]), "checks": [{"name": "devices", "status": "pass"}]}
 print(json.dumps(gather_reports(report, params, timeout_s=20)))
 """
@@ -220,10 +221,15 @@ def test_no_cluster_to_detect_is_a_usage_error():
         (["--num-processes", "0"], "--num-processes must be a whole number of at least 1"),
         (["--num-processes", "2", "--process-id", "2"], "--process-id 2 is out of range for --num-processes 2"),
         (["--process-id", "-1"], "--process-id"),
+        # ASCII digits, and few: '²' passes str.isdigit() but not int(), and int() of 5000 digits raises.
+        (["--num-processes", "²"], "'²'"),
+        (["--process-id", "9" * 5000], "--process-id"),
+        (["--coordinator", "h:²"], "65535"),
+        (["--coordinator", "h:" + "9" * 5000], "65535"),
     ],
 )
 def test_bad_cluster_flags_are_named(args, needle):
-    from devctl.collect.distributed import cluster_params
+    from devctl.cli.cluster import cluster_params
 
     values = dict(zip(args[::2], args[1::2]))
     with pytest.raises(UsageError, match=".") as e:
@@ -237,10 +243,25 @@ def test_bad_cluster_flags_exit_2_with_one_line():
     assert_usage_error(run_devctl("memstats", "--distributed", "--watch"), "--watch is not supported with --distributed")
     # An empty value was given: it is bad input, not an absent flag.
     assert_usage_error(run_devctl("list", "--coordinator", ""), "--coordinator needs --distributed")
+    # The same five options, parsed by the same code, in every command that takes them.
+    assert_usage_error(run_devctl("check", "--all-print"), "--all-print needs --distributed")
+    assert_usage_error(run_devctl("check", "--distributed", "--num-processes", "x"), "--num-processes must be a whole number")
+
+
+def test_cluster_options_are_declared_once_for_every_command():
+    import typer.main
+
+    from devctl.cli.app import register
+    from devctl.cli.cluster import OPTIONS
+
+    group = typer.main.get_command(register())
+    for name in ("list", "memstats", "check"):
+        options = [p.name for p in group.commands[name].params]
+        assert options[-len(OPTIONS) :] == list(OPTIONS), (name, options)
 
 
 def test_cluster_params_accept_what_jax_accepts():
-    from devctl.collect.distributed import cluster_params
+    from devctl.cli.cluster import cluster_params
 
     p = cluster_params("[fe80::1]:8476", "4", "3")
     assert (p.coordinator, p.num_processes, p.process_id, p.explicit) == ("[fe80::1]:8476", 4, 3, True)
@@ -251,7 +272,7 @@ def test_cluster_params_accept_what_jax_accepts():
 
 
 def test_jax_registration_barrier_message_is_parsed():
-    from devctl.probe.distributed import parse_register_barrier
+    from devctl.probe.distributed_failures import parse_register_barrier
 
     log = (
         "F1120 client.h:80] Terminating process because the JAX distributed service detected fatal errors. "
@@ -325,11 +346,12 @@ class _FakeClient:
 
 
 def test_gather_names_a_dead_peer_quickly_and_keeps_the_others():
-    from devctl.probe import distributed as d
+    from devctl.probe.distributed_child import _gather
+    from devctl.probe.distributed_liveness import Liveness
 
     client = _FakeClient({0: {"a": 0}, 2: {"a": 2}}, alive={0, 2})
-    liveness = d._Liveness(client, me=0, n=3, stale_s=0.2)
-    reports, dead = d._gather(client, 3, timeout_s=30, liveness=liveness)
+    liveness = Liveness(client, me=0, n=3, stale_s=0.2)
+    reports, dead = _gather(client, 3, timeout_s=30, liveness=liveness)
     assert reports == [{"a": 0}, None, {"a": 2}] and dead == [1]
 
 
@@ -337,15 +359,15 @@ def test_the_join_is_bounded_through_the_runtime_this_jax_calls():
     # devctl bounds JAX's join by wrapping the module jax._src.distributed calls; this fails when jax moves it.
     from jax._src import distributed as jd
 
-    from devctl.probe import distributed as d
+    from devctl.probe.distributed_runtime import BoundedRuntime, bound_joining
 
     name = next(n for n in ("_jax", "xla_extension") if hasattr(jd, n))
     original = getattr(jd, name)
     try:
-        d._bound_joining(jd, 5, time.monotonic() + 5)
+        bound_joining(jd, 5, time.monotonic() + 5)
         wrapped = getattr(jd, name)
-        assert isinstance(wrapped, d._BoundedRuntime)
-        assert wrapped.get_distributed_runtime_client.__func__ is d._BoundedRuntime.get_distributed_runtime_client
+        assert isinstance(wrapped, BoundedRuntime)
+        assert wrapped.get_distributed_runtime_client.__func__ is BoundedRuntime.get_distributed_runtime_client
         assert callable(wrapped.DistributedRuntimeClient)  # everything else still reaches jaxlib
     finally:
         setattr(jd, name, original)
@@ -355,7 +377,7 @@ def test_joining_waits_for_the_coordinator_to_open_its_port():
     # A gRPC client that finds the port closed backs off a second or more; devctl connects only once it is open.
     import threading
 
-    from devctl.probe.distributed import wait_until_listening
+    from devctl.probe.distributed_runtime import wait_until_listening
 
     port = free_port()
     assert wait_until_listening(f"127.0.0.1:{port}", 0.2) is False  # nobody there: gives up at its deadline
@@ -381,9 +403,9 @@ def test_joining_waits_for_the_coordinator_to_open_its_port():
 
 def test_missing_message_separates_dead_from_silent():
     from devctl.model.distributed import Joined
-    from devctl.probe.distributed import _missing_message
+    from devctl.probe.distributed_failures import missing_message
 
-    text = _missing_message([1, 4], [4], Joined(0, 8, "h:1"), 10)
+    text = missing_message([1, 4], [4], Joined(0, 8, "h:1"), 10)
     assert "process 4 of 8 stopped (died or was killed)" in text
     assert "process 1 of 8 joined the cluster but sent no report within 10 s" in text
 
@@ -553,7 +575,7 @@ def test_a_process_killed_mid_gather_fails_every_process_and_leaves_no_child(tmp
 
 
 def test_count_mismatch_names_each_process_against_process_0():
-    from devctl.probe.distributed import count_mismatch
+    from devctl.probe.distributed_failures import count_mismatch
 
     same = {i: {"num_processes": 3, "hostname": f"h{i}", "given": True} for i in range(3)}
     assert count_mismatch(same) is None
@@ -564,7 +586,7 @@ def test_count_mismatch_names_each_process_against_process_0():
 
 
 def test_the_bind_address_is_the_coordinators_unless_the_user_chose_one():
-    from devctl.probe.distributed import bind_address
+    from devctl.probe.distributed_runtime import bind_address
 
     assert bind_address("[::]:8476", "127.0.0.1:8476", {}) == "127.0.0.1:8476"
     assert bind_address("[::]:8476", "10.0.0.5:8476", {"JAX_COORDINATOR_BIND_ADDRESS": "[::]:8476"}) == "[::]:8476"

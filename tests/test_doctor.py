@@ -177,7 +177,7 @@ def _jax_version() -> str:
 
 @pytest.mark.gpu
 def test_doctor_on_a_real_gpu():
-    from devctl.discovery.nvidia import nvml_report
+    from devctl.discovery.nvml import nvml_report
 
     if nvml_report().status != "ok":
         pytest.skip("no NVML here")
@@ -192,7 +192,7 @@ def test_every_finding_code_is_documented_and_every_advice_is_a_finding():
     import re
 
     from devctl.checks.advice import code_of
-    from devctl.collect.doctor import CATALOGUE
+    from devctl.checks.catalogue import CATALOGUE
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     documented = set(re.findall(r"`(DEVCTL_FR_[A-Z0-9_]+)`", readme))

@@ -13,8 +13,8 @@ import hosttrees
 import pytest
 from conftest import devctl_env
 
-from devctl.checks import facts
-from devctl.discovery import amd, host, nvidia, pci, procs, tpu
+from devctl.checks.cuda_driver import check_driver_vs_runtime
+from devctl.discovery import amd, cuda_wheels, host, nvidia_pci, nvml, pci, procs, tpu
 from devctl.hostroot import HostRoot
 from devctl.model import to_jsonable
 
@@ -37,7 +37,8 @@ def test_host_info_parses_the_fake_host(tmp_path):
     assert info.os_name == "Debian GNU/Linux 12 (bookworm)"
     assert info.kernel == "6.1.0-fake-amd64"
     assert info.shm_total_bytes and info.shm_total_bytes > 0
-    assert info.shm_free_bytes is not None
+    assert info.shm_free_bytes is not None and info.shm_total_bytes is not None
+    assert 0 <= info.shm_free_bytes <= info.shm_total_bytes
     # Affinity belongs to this machine, not to the inspected root.
     assert info.usable_cores is None and "usable_cores" in info.unavailable
     json.dumps(to_jsonable(info))
@@ -99,6 +100,31 @@ def test_pid_alive(tmp_path):
     assert procs.pid_alive(h.root, 1)
     assert not procs.pid_alive(h.root, 70)
     assert not procs.pid_alive(h.root, 99999)
+
+
+def test_pid_alive_on_this_machine_asks_the_kernel():
+    import os
+    import time
+
+    assert procs.pid_alive(HostRoot("/"), os.getpid())
+    assert not procs.pid_alive(HostRoot("/"), 0) and not procs.pid_alive(HostRoot("/"), procs.PID_MAX + 1)
+    child = subprocess.Popen(["true"])
+    try:
+        deadline = time.monotonic() + 10
+        while "\nState:\tZ" not in HostRoot("/").read_text(f"/proc/{child.pid}/status") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not procs.pid_alive(HostRoot("/"), child.pid)  # exited, not yet reaped: a zombie runs nothing
+    finally:
+        child.wait()
+    assert not procs.pid_alive(HostRoot("/"), child.pid)
+
+
+def test_find_process_by_program_name(tmp_path):
+    h = hosttrees.base_host(tmp_path)
+    h.process(900, ["/usr/bin/nv-fabricmanager", "-c", "fm.cfg"], uid=0)
+    h.process(901, [], comm="nv-fabricmanage")  # comm is cut to 15 characters
+    assert procs.find_process(h.root, "nv-fabricmanager").pid == 900
+    assert procs.find_process(h.root, "nvidia-persistenced") is None
 
 
 def test_holders_on_the_real_host_find_another_process_but_not_devctl_itself(tmp_path):
@@ -301,11 +327,11 @@ def test_gfx_target_names():
 def test_nvidia_nodes_and_pci(tmp_path):
     h = hosttrees.nvidia_host(tmp_path, gpus=8)
     h.dev("/dev/nvidia10")
-    nodes = nvidia.nvidia_device_nodes(h.root)
+    nodes = nvidia_pci.nvidia_device_nodes(h.root)
     assert nodes[:9] == [f"/dev/nvidia{i}" for i in range(8)] + ["/dev/nvidia10"]
     assert nodes[9:] == ["/dev/nvidiactl", "/dev/nvidia-uvm"]
-    assert nvidia.has_visible_nvidia_gpu(h.root)
-    pci = nvidia.nvidia_pci_devices(h.root)
+    assert nvidia_pci.has_visible_nvidia_gpu(h.root)
+    pci = nvidia_pci.nvidia_pci_devices(h.root)
     assert len(pci) == 8  # the NVSwitch is not a GPU
     assert pci[0].address == "0000:18:00.0" and pci[0].driver == "nvidia" and pci[0].class_code == "0x030200"
     assert pci[7].numa_node == 1
@@ -313,17 +339,17 @@ def test_nvidia_nodes_and_pci(tmp_path):
 
 def test_nvidia_gpu_without_driver(tmp_path):
     h = hosttrees.nvidia_host(tmp_path, gpus=2, driver=None, nodes=False)
-    assert not nvidia.has_visible_nvidia_gpu(h.root)
-    assert nvidia.nvidia_device_nodes(h.root) == []
-    assert [p.driver for p in nvidia.nvidia_pci_devices(h.root)] == [None, None]
+    assert not nvidia_pci.has_visible_nvidia_gpu(h.root)
+    assert nvidia_pci.nvidia_device_nodes(h.root) == []
+    assert [p.driver for p in nvidia_pci.nvidia_pci_devices(h.root)] == [None, None]
 
 
 @pytest.mark.parametrize("node", ["/dev/nvidiactl", "/dev/dxg"])
 def test_jax_rule_for_visible_nvidia_gpu(tmp_path, node):
     h = hosttrees.base_host(tmp_path)
-    assert not nvidia.has_visible_nvidia_gpu(h.root)
+    assert not nvidia_pci.has_visible_nvidia_gpu(h.root)
     h.dev(node)
-    assert nvidia.has_visible_nvidia_gpu(h.root)
+    assert nvidia_pci.has_visible_nvidia_gpu(h.root)
 
 
 @pytest.mark.parametrize(
@@ -339,7 +365,7 @@ def test_jax_rule_for_visible_nvidia_gpu(tmp_path, node):
     ],
 )
 def test_normalize_pci_bus_id(raw, expected):
-    assert nvidia.normalize_pci_bus_id(raw) == expected
+    assert pci.normalize_pci_bus_id(raw) == expected
 
 
 # --- sysfs links: flat trees, the kernel's relative links, absolute links --
@@ -348,10 +374,10 @@ def test_normalize_pci_bus_id(raw, expected):
 @pytest.mark.parametrize("layout", hosttrees.LAYOUTS)
 def test_sysfs_layouts_give_the_same_answers(tmp_path, layout):
     nv = hosttrees.nvidia_host(tmp_path / "nv", gpus=2, layout=layout).root
-    assert [(p.address, p.device_id, p.driver, p.numa_node) for p in nvidia.nvidia_pci_devices(nv)] == [
+    assert [(p.address, p.device_id, p.driver, p.numa_node) for p in nvidia_pci.nvidia_pci_devices(nv)] == [
         ("0000:18:00.0", "0x2330", "nvidia", 0), ("0000:2a:00.0", "0x2330", "nvidia", 0),
     ]  # fmt: skip
-    assert facts.nvswitch_functions(nv) == ("0000:05:00.0",)
+    assert nvidia_pci.nvswitch_functions(nv) == ("0000:05:00.0",)
     v4 = hosttrees.tpu_v4_host(tmp_path / "v4", chips=2, layout=layout).root
     # Read from the class links themselves (chip order alone would give the same paths).
     assert tpu._accel_nodes_by_pci(v4) == {"0000:00:04.0": "/dev/accel0", "0000:00:05.0": "/dev/accel1"}
@@ -393,7 +419,7 @@ def test_the_real_sysfs_reads_the_same_as_root_and_as_a_host_root(tmp_path):
 
 
 def test_nvml_report_here_is_unavailable_not_an_error():
-    report = nvidia.nvml_report()
+    report = nvml.nvml_report()
     if report.status == "ok":
         pytest.skip("this machine has a working NVIDIA driver")
     assert report.status == "unavailable"
@@ -402,22 +428,22 @@ def test_nvml_report_here_is_unavailable_not_an_error():
 
 
 def test_without_the_nvml_library_pynvml_is_not_imported_and_says_the_same(monkeypatch):
-    if nvidia.nvml_report().status == "ok":
+    if nvml.nvml_report().status == "ok":
         pytest.skip("this machine has a working NVIDIA driver")
-    code = "import sys; from devctl.discovery import nvidia; r = nvidia.nvml_report(); print(r.status, r.reason, 'pynvml' in sys.modules)"
+    code = "import sys; from devctl.discovery import nvml; r = nvml.nvml_report(); print(r.status, r.reason, 'pynvml' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], env=devctl_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     fast = proc.stdout.strip()
     import pynvml  # now nvidia-ml-py itself looks for the library
 
     monkeypatch.setattr(pynvml, "nvmlLib", None)
-    full = nvidia.nvml_report()
+    full = nvml.nvml_report()
     assert fast == f"{full.status} {full.reason} False"
 
 
 def test_nvml_shadowed_module_is_an_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", ModuleType("pynvml"))
-    report = nvidia.nvml_report()
+    report = nvml.nvml_report()
     assert report.status == "error" and "not nvidia-ml-py" in report.reason
 
 
@@ -466,7 +492,7 @@ def fake_nvml(monkeypatch):
 
 
 def test_nvml_report_with_a_fake_driver(fake_nvml):
-    report = nvidia.nvml_report()
+    report = nvml.nvml_report()
     assert report.status == "ok" and report.reason is None
     assert (report.driver_version, report.cuda_driver_version, report.cuda_driver_version_str) == ("550.54.15", 12040, "12.4")
     assert fake_nvml == {"init": 1, "shutdown": 1}
@@ -490,7 +516,7 @@ def test_nvml_driver_not_loaded_is_unavailable(monkeypatch):
         raise pynvml.NVMLError_DriverNotLoaded()
 
     monkeypatch.setattr(pynvml, "nvmlInit", init)
-    report = nvidia.nvml_report()
+    report = nvml.nvml_report()
     assert report.status == "unavailable" and "not loaded" in report.reason
 
 
@@ -501,20 +527,20 @@ def test_nvml_version_mismatch_is_an_error(monkeypatch):
         raise pynvml.NVMLError_LibRmVersionMismatch()
 
     monkeypatch.setattr(pynvml, "nvmlInit", init)
-    report = nvidia.nvml_report()
+    report = nvml.nvml_report()
     assert report.status == "error" and "reboot" in report.reason
 
 
 @pytest.mark.gpu
 def test_nvml_report_on_a_real_gpu():
-    report = nvidia.nvml_report()
+    report = nvml.nvml_report()
     if report.status != "ok":
         pytest.skip(f"NVML not usable here: {report.reason}")
     assert report.gpus, "NVML initialized but reports no GPU"
     gpu = report.gpus[0]
     assert gpu.uuid and gpu.uuid.startswith(("GPU-", "MIG-"))
     assert gpu.memory_total_bytes and gpu.memory_total_bytes > 0
-    assert gpu.pci_bus_id and nvidia.normalize_pci_bus_id(gpu.pci_bus_id) == gpu.pci_bus_id
+    assert gpu.pci_bus_id and pci.normalize_pci_bus_id(gpu.pci_bus_id) == gpu.pci_bus_id
     assert report.cuda_driver_version and report.cuda_driver_version >= 11000
     json.dumps(to_jsonable(report))
 
@@ -560,7 +586,7 @@ def site(tmp_path):
 
 
 def test_cuda_wheels_verdicts(site):
-    wheels = {w.distribution: w for w in nvidia.cuda_wheels([str(site)])}
+    wheels = {w.distribution: w for w in cuda_wheels.cuda_wheels([str(site)])}
     assert "nvidia-ml-py" not in wheels
     assert "jax-cuda12-plugin" not in wheels
     runtime = wheels["nvidia-cuda-runtime-cu12"]
@@ -576,18 +602,45 @@ def test_cuda_wheels_verdicts(site):
     cu13 = wheels["nvidia-cuda-runtime"]
     assert (cu13.cuda_major, cu13.verdict) == (13, "ok")
     assert wheels["nvidia-cudnn-cu13"].verdict == "too new"
-    assert nvidia.cuda_runtime_version(wheels.values()) == "13.0.48"
+    assert cuda_wheels.cuda_runtime_version(wheels.values()) == "13.0.48"
     json.dumps(to_jsonable(list(wheels.values())))
 
 
 def test_cuda_wheels_from_sys_path(site, monkeypatch):
     monkeypatch.setattr(sys, "path", [str(site)])
-    names = {w.distribution for w in nvidia.cuda_wheels()}
+    names = {w.distribution for w in cuda_wheels.cuda_wheels()}
     assert "nvidia-cudnn-cu12" in names and "nvidia-ml-py" not in names
 
 
+def test_cuda_wheel_requirements_are_read_as_pip_reads_them(tmp_path):
+    site = tmp_path / "site-packages"
+    _dist(site, "nvidia-cuda-runtime-cu12", "12.8.90")
+    _dist(site, "nvidia-cudnn-cu12", "9.10.0")
+    _dist(site, "nvidia-nccl-cu12", "2.27.3")
+    _dist(site, "nvidia-nvjitlink-cu12", "13.0.0rc1")
+    _dist(
+        site,
+        "jax_cuda12_plugin",  # metadata names are compared canonicalized
+        "0.7.0",
+        [
+            "nvidia-cuda-runtime-cu12==12.*",  # a series pin is its floor
+            'Nvidia_cuDNN_cu12 >= 9.8, >=9.12; extra == "with-cuda"',  # the higher of two floors binds
+            "nvidia-nccl-cu12 (<2.27)",
+            "nvidia-nvjitlink-cu12>=13.0",  # a pre-release counts by its numbers, as JAX compares them
+            "not a requirement (",
+        ],
+    )
+    wheels = {w.distribution: w for w in cuda_wheels.cuda_wheels([str(site)])}
+    assert (wheels["nvidia-cuda-runtime-cu12"].minimum, wheels["nvidia-cuda-runtime-cu12"].verdict) == ("12.1", "ok")
+    cudnn = wheels["nvidia-cudnn-cu12"]
+    assert (cudnn.minimum, cudnn.verdict) == ("9.12", "too old") and cudnn.minimum_source == "jax-cuda12-plugin 0.7.0 requires >=9.12,>=9.8"
+    assert wheels["nvidia-nccl-cu12"].verdict == "too new" and "<2.27" in wheels["nvidia-nccl-cu12"].minimum_source
+    assert wheels["nvidia-nvjitlink-cu12"].verdict == "ok"
+    assert cuda_wheels.parse_version("13.0.0rc1") == (13, 0, 0) and cuda_wheels.parse_version("dev") is None
+
+
 def test_cuda_wheels_none_installed(tmp_path):
-    assert nvidia.cuda_wheels([str(tmp_path)]) == []
+    assert cuda_wheels.cuda_wheels([str(tmp_path)]) == []
 
 
 @pytest.mark.parametrize(
@@ -604,12 +657,12 @@ def test_cuda_wheels_none_installed(tmp_path):
     ],
 )
 def test_driver_vs_runtime(driver, runtime, expected):
-    finding = nvidia.check_driver_vs_runtime(driver, runtime)
+    finding = check_driver_vs_runtime(driver, runtime)
     if expected is None:
         assert finding is None
     else:
         assert (finding.code, finding.severity) == expected
-        assert nvidia.format_cuda_version(driver) in finding.message and finding.hint
+        assert nvml.format_cuda_version(driver) in finding.message and finding.hint
 
 
 # --- import hygiene -------------------------------------------------------
@@ -620,7 +673,8 @@ def test_discovery_imports_no_jax_or_pynvml():
         """
         import sys
         import devctl.discovery.host, devctl.discovery.procs, devctl.discovery.tpu
-        import devctl.discovery.amd, devctl.discovery.nvidia, devctl.model.hardware
+        import devctl.discovery.amd, devctl.discovery.nvidia_pci, devctl.discovery.nvml, devctl.discovery.cuda_wheels
+        import devctl.discovery.machine_facts, devctl.model.hardware
         print([m for m in ("jax", "jaxlib", "numpy", "pynvml") if m in sys.modules])
         """
     )

@@ -28,8 +28,7 @@ from hosttrees import (
     tpu_v4_host,
 )
 
-from devctl.checks import facts
-from devctl.discovery import amd, host, nvidia, pci, procs, tpu
+from devctl.discovery import amd, host, machine_facts, nvidia_pci, pci, procs, tpu
 from devctl.hostroot import HostRoot
 from devctl.model import to_jsonable
 from devctl.text import printable
@@ -71,12 +70,12 @@ def discover_all(root: HostRoot) -> dict:
     return to_jsonable(
         {
             "tpu": tpu.tpu_info(root, environ={}),
-            "nvidia_nodes": nvidia.nvidia_device_nodes(root),
-            "nvidia_visible": nvidia.has_visible_nvidia_gpu(root),
-            "nvidia_pci": nvidia.nvidia_pci_devices(root),
+            "nvidia_nodes": nvidia_pci.nvidia_device_nodes(root),
+            "nvidia_visible": nvidia_pci.has_visible_nvidia_gpu(root),
+            "nvidia_pci": nvidia_pci.nvidia_pci_devices(root),
             "amd": amd.amd_report(root),
             "host": host.host_info(root),
-            "facts": facts.machine_facts(root, environ={}),
+            "facts": machine_facts.machine_facts(root, environ={}),
         }
     )
 
@@ -127,7 +126,7 @@ def test_a_sysfs_attribute_link_out_of_the_tree_is_not_followed(tmp_path, marker
     out = outside_files(tmp_path, marker)
     h.pci_function("0000:18:00.0", "0x10de", "0x2330", class_code="0x030200")
     h.escape_link("/sys/bus/pci/devices/0000:18:00.0/device", out / "secret", relative=relative)
-    (gpu,) = nvidia.nvidia_pci_devices(h.root)
+    (gpu,) = nvidia_pci.nvidia_pci_devices(h.root)
     assert gpu.address == "0000:18:00.0" and gpu.device_id == ""
     assert marker not in json.dumps(to_jsonable(gpu))
 
@@ -141,13 +140,13 @@ def test_an_absolute_link_is_the_hosts_own_and_resolves_inside_the_tree(tmp_path
     h.file("/sys/devices/pci0000:00/0000:18:00.0/device", "0x2330\n")
     h.symlink("/sys/bus/pci/devices/0000:18:00.0", "/sys/devices/pci0000:00/0000:18:00.0")
     assert host.host_info(h.root).os_name == "Host OS 1"
-    assert [(g.address, g.device_id) for g in nvidia.nvidia_pci_devices(h.root)] == [("0000:18:00.0", "0x2330")]
+    assert [(g.address, g.device_id) for g in nvidia_pci.nvidia_pci_devices(h.root)] == [("0000:18:00.0", "0x2330")]
 
 
 def test_directory_links_out_of_the_tree_are_not_listed(hostile):
     root = hostile.root
-    assert "0000:99:00.0" not in [g.address for g in bounded(nvidia.nvidia_pci_devices, root)]
-    assert bounded(facts.libcuda_versions, root) == ()  # /usr/lib/x86_64-linux-gnu leads out
+    assert "0000:99:00.0" not in [g.address for g in bounded(nvidia_pci.nvidia_pci_devices, root)]
+    assert bounded(machine_facts.libcuda_versions, root) == ()  # /usr/lib/x86_64-linux-gnu leads out
     assert bounded(host.numa_nodes, root) == ()  # /sys/devices/system/node leads out
     skipped = bounded(amd.amd_report, root).skipped_nodes
     assert [n for n in skipped if n.startswith("node 2")] == ["node 2: no properties file"]
@@ -167,7 +166,7 @@ def test_link_targets_outside_sysfs_are_not_shown(tmp_path, marker):
     h.escape_link("/sys/bus/pci/devices/0000:18:00.0/driver", out / f"{marker}-driver")
     # An accel device link to a directory named like a PCI address, but outside sysfs.
     h.escape_link("/sys/class/accel/accel0/device", out / "pci" / "0000:00:05.0")
-    assert nvidia.nvidia_pci_devices(h.root)[0].driver is None
+    assert nvidia_pci.nvidia_pci_devices(h.root)[0].driver is None
     assert pci.link_name(h.root, "/sys/bus/pci/devices/0000:18:00.0/driver") is None
     chips = tpu.tpu_info(h.root, environ={}).chips
     # accel0's link is void, so chip 1 (0000:00:05.0) is not taken for /dev/accel0; each falls back to its index.
@@ -249,7 +248,7 @@ def test_pci_names_and_ids_must_have_the_kernels_form(tmp_path):
     h.file(f"/sys/bus/pci/devices/0000:1c:00.0{ESCAPES}/vendor", "0x10de\n")
     h.pci_function("0000:1b:00.0", "0x10de", "0x2330" + ESCAPES, class_code="0x030200 and more")
     h.pci_function("0000:1e:00.0", "0x10DE", "0x2330", class_code="0x030200")  # upper case is still the kernel's form
-    pcis = nvidia.nvidia_pci_devices(h.root)
+    pcis = nvidia_pci.nvidia_pci_devices(h.root)
     assert [(p.address, p.device_id, p.class_code) for p in pcis] == [("0000:1b:00.0", "", None), ("0000:1e:00.0", "0x2330", "0x030200")]
 
 

@@ -245,7 +245,7 @@ def test_rates_in_bits_and_bytes(tmp_path):
 
 
 def test_max_regression_grammar():
-    from devctl.cli.bench import parse_percent
+    from devctl.cli.baseline import parse_percent
     from devctl.errors import UsageError
 
     assert [parse_percent(t) for t in ("10%", "2.5%", "10", "0", "0%", "0.1%", " 5 % ")] == [10, 2.5, 10, 0, 0, 0.1, 5]
@@ -284,6 +284,13 @@ def test_max_regression_grammar():
         # Values typer itself rejects, or other layers quote: the error line cuts them too.
         (("bench", "transfer", "--repeats", LONG), ["--repeats", "characters)"]),
         (("list", "--platform", LONG), ["--platform", "characters)"]),
+        # One device grammar: every device flag cuts and names a hostile value the same way.
+        (("memstats", "--device", LONG), ["--device", "100000 characters", "is not a device id"]),
+        (("bench", "transfer", "--device", LONG), ["--device", "100000 characters", "is not a device id"]),
+        (("bench", "transfer", "--src", LONG), ["--src", "100000 characters"]),
+        (("memstats", "--device", "cpu:" + "0" * 5000 + "x"), ["--device", "5005 characters"]),
+        (("list", "--distributed", "--num-processes", "²"), ["--num-processes", "'²'"]),
+        (("check", "--distributed", "--coordinator", "h:" + "9" * 5000), ["--coordinator", "65535"]),
     ],
 )
 def test_hostile_flag_values_are_one_line_exit_2(tmp_path, args, needles):

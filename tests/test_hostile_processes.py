@@ -424,7 +424,7 @@ def test_jax_coordinator_bind_address_is_the_users_choice():
 # ---------------------------------------------------------------- joining waits as long as asked
 
 
-JOIN_GRACE_S = 2  # devctl.probe.distributed.JOIN_GRACE_S, as the README documents it
+JOIN_GRACE_S = 2  # devctl.probe.distributed_runtime.JOIN_GRACE_S, as the README documents it
 
 
 def test_a_coordinator_that_never_answers_is_given_up_on_after_the_timeout_and_its_grace():

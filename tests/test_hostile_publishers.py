@@ -25,8 +25,9 @@ import psutil
 import pytest
 from conftest import assert_usage_error, devctl_env, run_devctl, validate_schema
 
-from devctl.discovery.publishers import MAX_DEVICES, nesting_too_deep, read_publishers
-from devctl.errors import UsageError
+from devctl.discovery.publishers import read_publishers
+from devctl.discovery.snapshot_format import MAX_DEVICES, nesting_too_deep
+from devctl.errors import InputRejected
 from devctl.model.publishers import SCHEMA
 
 START_TIMEOUT_S = 180.0  # JAX start-up on a loaded two-core machine
@@ -134,7 +135,7 @@ def test_runtime_dir_that_is_a_symlink_is_refused_and_nothing_behind_it_is_touch
 
     proc = memstats(link)
     assert_usage_error(proc, str(link), "symbolic link")
-    with pytest.raises(UsageError, match="symbolic link"):
+    with pytest.raises(InputRejected, match="symbolic link"):
         read_publishers(str(link))
     assert files(victim) == before
 

@@ -156,7 +156,7 @@ def shown(c) -> str:
 
 def test_environment_renderer(console):
     from devctl.collect.env import EnvironmentReport
-    from devctl.model.env import EnvVar, PackageVersion, VersionFinding
+    from devctl.model.env import EnvFinding, EnvVar, PackageVersion
     from devctl.model.hardware import CudaWheel
     from devctl.render.env import render_environment
 
@@ -165,7 +165,7 @@ def test_environment_renderer(console):
         os=SPEC, packages=[PackageVersion(name=BOLD, version=LINK, role="other")],
         cuda_wheels=[CudaWheel(distribution=PATH, version=SPEC, component="x", cuda_major=12, minimum=None, minimum_source=None, verdict="too old")],
         nvidia_driver=LINK, nvidia_cuda_driver_version=BOLD,
-        findings=[VersionFinding("error", [BOLD], f"{PATH} is skewed", f"pip install -U {SPEC}")],
+        findings=[EnvFinding("error", [BOLD], f"{PATH} is skewed", f"pip install -U {SPEC}")],
         env=[EnvVar(name="XLA_FLAGS", value="--xla_dump_to=[/tmp/x]", meaning=LINK, problem=BOLD)], notes=[SPEC],
     )  # fmt: skip
     render_environment(rep)
@@ -200,13 +200,13 @@ def test_inventory_renderer(console):
 
 
 def test_plugins_renderer(console):
-    from devctl.model.plugins import PluginReport, PluginSource, PluginStatus
+    from devctl.model.plugins import SCHEMA, PluginReport, PluginSource, PluginsReport, PluginStatus
     from devctl.render.plugins import render_plugins
 
-    render_plugins([
+    render_plugins(PluginsReport(SCHEMA, [
         PluginReport(name=BOLD, source=PluginSource.ENV, status=PluginStatus.FILE_MISSING, library_path="/tmp/[x]/lib.so",
                      pjrt_api_version=None, attributes={"k": LINK}, error=PATH, distribution=SPEC, notes=(LINK,)),
-    ])  # fmt: skip
+    ]))  # fmt: skip
     assert_shown(shown(console), BOLD, "/tmp/[x]/lib.so", f"k={LINK}", f"file missing: {PATH}", SPEC, f"{BOLD}: {LINK}")
 
 
@@ -223,10 +223,10 @@ def test_check_renderer(console):
 
 
 def test_doctor_renderer(console):
-    from devctl.model.doctor import DiagnosisFinding, DoctorReport, Overview
+    from devctl.model.doctor import DoctorFinding, DoctorReport, Overview
     from devctl.render.doctor import render_doctor
 
-    finding = DiagnosisFinding(
+    finding = DoctorFinding(
         id="x", catalogue_number=None, title=BOLD, severity="error", evidence=[PATH], cause=LINK,
         fix=f"pip install -U {SPEC}", references=[LINK], code="DEVCTL_FR_X",
     )  # fmt: skip

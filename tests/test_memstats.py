@@ -21,6 +21,9 @@ from conftest import (
 )
 from hosttrees import tpu_v5e_host
 
+from devctl.model.devices import DeviceRef
+from devctl.model.memstats import MemDevice
+
 MIB = 1 << 20
 START_TIMEOUT_S = 180.0  # JAX start-up on a loaded two-core machine
 
@@ -123,6 +126,42 @@ def test_device_filter_keeps_one_device(publisher):
     assert set(_publisher_rows(doc, proc.pid)) == {"cpu:1"}
 
 
+def test_device_grammar_normalises_and_combines(runtime_dir):
+    # The grammar of bench transfer --device: N or platform:N, leading zeros and case ignored, comma lists, all.
+    env = devctl_env(devices=4, DEVCTL_RUNTIME_DIR=str(runtime_dir))
+    doc = run_json("memstats", "--device", "01,CPU:2", "--device", "cpu:1", env=env)
+    assert [d["key"] for d in doc["devices"]] == ["cpu:1", "cpu:2"]
+    doc = run_json("memstats", "--device", "all", env=env)
+    assert [d["key"] for d in doc["devices"]] == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+
+
+def _mem_device(key: str, platform: str) -> MemDevice:
+    return MemDevice(key, "jax", platform, None, "kind", None, None, None, None, None, None)
+
+
+@pytest.mark.parametrize(
+    "wanted, key, platform, accelerators, expected",
+    [
+        (DeviceRef(1), "cpu:1", "cpu", False, True),
+        (DeviceRef(1), "cpu:1", "cpu", True, False),  # a bare id is the accelerator's where there is one
+        (DeviceRef(1), "gpu:1", "gpu", True, True),
+        (DeviceRef(1), "tpu-chip:1", "tpu", False, False),  # never a chip JAX does not use
+        (DeviceRef(1, "cpu"), "cpu:1", "cpu", True, True),
+        (DeviceRef(1, "cuda"), "gpu:1", "gpu", True, True),  # JAX calls a CUDA device's platform gpu
+        (DeviceRef(1, "gpu"), "cuda:1", "cuda", True, True),
+        (DeviceRef(1, "rocm"), "cuda:1", "cuda", True, False),
+        (DeviceRef(1, "cuda"), "cpu:1", "cpu", False, False),
+        (DeviceRef(0, "tpu-chip"), "tpu-chip:0", "tpu", False, True),
+        (DeviceRef(3, "nvml"), "nvml:3", "nvidia", True, True),
+        (DeviceRef(3, "nvml"), "gpu:3", "gpu", True, False),
+    ],
+)
+def test_device_matching(wanted, key, platform, accelerators, expected):
+    from devctl.collect.memstats import _matches_one
+
+    assert _matches_one(_mem_device(key, platform), wanted, accelerators) is expected
+
+
 def test_table_shows_the_publisher(publisher):
     proc, env = publisher
     out = run_devctl("memstats", env=env)
@@ -211,10 +250,14 @@ def test_tpu_chips_show_hbm_and_holder(tmp_path, runtime_dir):
         (["--device", "gpu0"], "gpu0"),
         (["--device", "7"], "'7'"),
         # Empty is never "every device": a script whose variable came out empty must hear of it.
-        (["--device", ""], "--device has an empty entry"),
-        (["--device", "0,"], "--device has an empty entry"),
-        (["--device", " , "], "--device has an empty entry"),
+        (["--device", ""], "--device is empty"),
+        (["--device", "0,"], "--device '0,' has an empty entry"),
+        (["--device", " , "], "--device is empty"),
         (["--device", "cpu:-7"], "'cpu:-7'"),
+        (["--device", ":1"], "':1' is not a device id"),
+        (["--device", "warp:1"], "'warp:1' names no platform"),
+        # A platform this machine's device 0 is not on names no device, as an id it lacks does.
+        (["--device", "cuda:0"], "'cuda:0' matches no device"),
         # Given without --watch, --interval would be ignored: the user expected a live view.
         (["--interval", "0.5"], "--interval needs --watch"),
         (["--interval", "fast", "--watch"], "fast"),

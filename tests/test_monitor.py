@@ -23,7 +23,7 @@ from conftest import devctl_env
 
 from devctl.discovery import publishers as reader
 from devctl.discovery.publishers import read_publishers
-from devctl.errors import UsageError
+from devctl.errors import InputRejected
 from devctl.model.publishers import SCHEMA
 
 MIB = 1 << 20
@@ -409,13 +409,13 @@ def test_missing_directory_is_an_empty_report(tmp_path):
 def test_reader_refuses_directory_open_to_others(runtime_dir):
     runtime_dir.mkdir()
     runtime_dir.chmod(0o755)
-    with pytest.raises(UsageError) as err:
+    with pytest.raises(InputRejected) as err:
         read_publishers(str(runtime_dir))
     assert str(err.value) == (
         f"refusing to read snapshots from {runtime_dir}: mode 0755 lets other users read it; expected 0700"
     )
     runtime_dir.chmod(0o777)
-    with pytest.raises(UsageError, match="mode 0777 lets other users read and write it"):
+    with pytest.raises(InputRejected, match="mode 0777 lets other users read and write it"):
         read_publishers(str(runtime_dir))
 
 
@@ -423,7 +423,7 @@ def test_reader_refuses_directory_open_to_others(runtime_dir):
 def test_reader_refuses_directory_of_another_user(runtime_dir):
     runtime_dir.mkdir(mode=0o700)
     os.chown(runtime_dir, 65534, 65534)
-    with pytest.raises(UsageError) as err:
+    with pytest.raises(InputRejected) as err:
         read_publishers(str(runtime_dir))
     assert str(err.value) == f"refusing to read snapshots from {runtime_dir}: owned by uid 65534, not 0"
 
@@ -431,7 +431,7 @@ def test_reader_refuses_directory_of_another_user(runtime_dir):
 def test_env_variable_chooses_the_directory(runtime_dir, monkeypatch):
     runtime_dir.mkdir(mode=0o755)
     monkeypatch.setenv("DEVCTL_RUNTIME_DIR", str(runtime_dir))
-    with pytest.raises(UsageError, match=str(runtime_dir)):
+    with pytest.raises(InputRejected, match=str(runtime_dir)):
         read_publishers()
 
 

@@ -5,18 +5,5 @@ CHECK_NAMES is plain data so the CLI can validate --only/--skip without importin
 
 from __future__ import annotations
 
-# In the order they run and print: software first, then what JAX sees, then what it can do, then the machine.
-CHECK_NAMES = (
-    "versions",
-    "plugins",
-    "backends",
-    "devices",
-    "compute",
-    "transfer",
-    "memory",
-    "bandwidth",
-    "nvml-health",
-    "host",
-    "tpu",
-    "env",
-)
+# In the order they run and print (the names are part of the --json documents, so the model owns them).
+from devctl.model.check import CHECK_NAMES as CHECK_NAMES

@@ -191,7 +191,11 @@ def jax_import(row: BackendInfo) -> Advice:
         else:
             version = named or (fix.jax_version if fix else None)
             command = f"pip install -U 'jax=={version}' 'jaxlib=={version}'" if version else "pip install -U jax jaxlib"
-        what = f"jaxlib {newer.group(1)} is newer than jax {newer.group(2)}" if newer else f"jaxlib {older.group(1)} is older than jax needs ({older.group(2)})"
+        if newer:
+            what = f"jaxlib {newer.group(1)} is newer than jax {newer.group(2)}"
+        else:
+            assert older is not None  # one of the two matched
+            what = f"jaxlib {older.group(1)} is older than jax needs ({older.group(2)})"
         return Advice("jax-jaxlib-skew", f"{what}: `import jax` raises, so every JAX program fails; JAX_PLATFORMS does not help", command)
     return Advice(
         "backend-failed",

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from devctl.checks.verdict import Verdict, failed, join, passed, skipped, warned
 from devctl.model.list_ import BackendStatus
 from devctl.units import format_bytes
+
+if TYPE_CHECKING:
+    # collect/ runs the checks and hands each its Context: named here for the checker only (no runtime import upward).
+    from devctl.collect.check_context import Context
 
 _DEVICE_PLATFORM = {"gpu": ("cuda", "rocm", "gpu"), "cuda": ("cuda", "gpu"), "rocm": ("rocm", "gpu")}
 
@@ -18,7 +23,7 @@ def platform_matches(expected: str, actual: str) -> bool:
     )
 
 
-def scoped_devices(ctx) -> tuple[list, str]:
+def scoped_devices(ctx: Context) -> tuple[list, str]:
     """The devices the expectations talk about: those of the expected platforms, else of JAX's default."""
     inv = ctx.inventory()
     exp = ctx.expectations
@@ -30,7 +35,7 @@ def scoped_devices(ctx) -> tuple[list, str]:
     return devices, default or "default"
 
 
-def check_backends(ctx) -> Verdict:
+def check_backends(ctx: Context) -> Verdict:
     inv = ctx.inventory()
     exp = ctx.expectations
     rows = [b for b in inv.backends if not b.plugin]  # plugin failures belong to the plugins check
@@ -95,7 +100,7 @@ def _install_hint(platform: str) -> str:
     }.get(platform, f"install the JAX plugin that provides {platform}")
 
 
-def check_devices(ctx) -> Verdict:
+def check_devices(ctx: Context) -> Verdict:
     inv = ctx.inventory()
     exp = ctx.expectations
     devices, scope = scoped_devices(ctx)
@@ -123,7 +128,7 @@ def check_devices(ctx) -> Verdict:
     return passed(summary, **details)
 
 
-def check_memory(ctx) -> Verdict:
+def check_memory(ctx: Context) -> Verdict:
     exp = ctx.expectations
     devices, scope = scoped_devices(ctx)
     limits = {f"{d.platform}:{d.id}": (d.memory_stats or {}).get("bytes_limit") for d in devices}

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
-from devctl import __version__
 from devctl.model.check import (
     CHECK_SCHEMA,
     CheckReport,
@@ -13,6 +12,7 @@ from devctl.model.check import (
     CheckStatus,
     Expectations,
 )
+from devctl.version import __version__
 
 
 def merge_reports(reports: list[dict[str, Any]], *, strict: bool, expectations: Expectations, elapsed_s: float) -> CheckReport:
@@ -36,7 +36,7 @@ def merge_reports(reports: list[dict[str, Any]], *, strict: bool, expectations: 
                 )
             )
     statuses = {doc.get("status") for doc in reports}
-    status = "fail" if "fail" in statuses else "warn" if "warn" in statuses else "pass"
+    status: Literal["pass", "warn", "fail"] = "fail" if "fail" in statuses else "warn" if "warn" in statuses else "pass"
     hosts = sorted({doc.get("hostname") or "?" for doc in reports})
     return CheckReport(
         schema=CHECK_SCHEMA,

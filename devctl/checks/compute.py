@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from devctl.checks.verdict import Verdict, failed, join, passed, skipped
+
+if TYPE_CHECKING:
+    # collect/ runs the checks and hands each its Context: named here for the checker only (no runtime import upward).
+    from devctl.collect.check_context import Context
 
 _NO_BACKEND = "no JAX backend initialized, so there is no device to run on (see the backends check)"
 
 
-def _probe(ctx):
+def _probe(ctx: Context):
     health = ctx.health()
     if health is None:
         return None, skipped(_NO_BACKEND) if not ctx.expectations.platforms else failed(_NO_BACKEND, "run devctl doctor")
@@ -45,7 +51,7 @@ def _trials_verdict(health, tests: tuple[str, ...], what: str, remedy: str) -> V
     return None
 
 
-def check_compute(ctx) -> Verdict:
+def check_compute(ctx: Context) -> Verdict:
     health, early = _probe(ctx)
     if early:
         return early
@@ -64,7 +70,7 @@ def check_compute(ctx) -> Verdict:
     )
 
 
-def check_transfer(ctx) -> Verdict:
+def check_transfer(ctx: Context) -> Verdict:
     health, early = _probe(ctx)
     if early:
         return early
@@ -85,15 +91,15 @@ def check_transfer(ctx) -> Verdict:
     )
 
 
-def check_bandwidth(ctx) -> Verdict:
+def check_bandwidth(ctx: Context) -> Verdict:
     health, early = _probe(ctx)
     if early:
         return early
     want = ctx.expectations.min_h2d_gbps
-    cells = [c for c in health.h2d_cells if c.get("direction") == "h2d"]
+    cells = [c for c in health.h2d_cells if c.direction == "h2d"]
     details = {
         "cells": [
-            {k: c.get(k) for k in ("dst", "variant", "size_bytes", "gbps", "median_s", "cv", "verified", "zero_copy", "note")}
+            {k: getattr(c, k) for k in ("dst", "variant", "size_bytes", "gbps", "median_s", "cv", "verified", "zero_copy", "note")}
             for c in cells
         ],
         "expected_min_gbps": want,
@@ -103,12 +109,12 @@ def check_bandwidth(ctx) -> Verdict:
         if want is None:
             return skipped(f"could not measure: {why_none}", **details)
         return failed(f"could not measure h2d bandwidth: {why_none}", "run devctl bench transfer --direction h2d for details", **details)
-    garbled = [c["dst"] for c in cells if c.get("verified") is False]
+    garbled = [c.dst for c in cells if c.verified is False]
     if garbled:
         return failed(f"h2d bytes arrived changed on {', '.join(garbled)}", "drain this host and check its PCIe links", **details)
-    measured = {c["dst"]: c["gbps"] for c in cells if c.get("gbps")}
-    unmeasured = [f"{c['dst']}: {c.get('note') or 'no figure'}" for c in cells if not c.get("gbps")]
-    size_mib = cells[0].get("size_bytes", 0) / (1 << 20)
+    measured = {c.dst: c.gbps for c in cells if c.gbps}
+    unmeasured = [f"{c.dst}: {c.note or 'no figure'}" for c in cells if not c.gbps]
+    size_mib = cells[0].size_bytes / (1 << 20)
     if want is None:
         if not measured:
             return skipped(f"no h2d figure: {join(unmeasured, 1)}", **details)

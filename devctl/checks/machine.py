@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from devctl.checks.verdict import Verdict, failed, join, passed, skipped, warned
 from devctl.privilege import as_root, inspect_fix, thp_fix
 from devctl.units import format_bytes
+
+if TYPE_CHECKING:
+    from devctl.collect.check_context import Context
+    from devctl.model.hardware import ProcessRef
 
 MIB = 1 << 20
 # Docker's default /dev/shm is 64 MiB; NCCL (and RCCL) exhaust it with several GPUs
@@ -24,7 +30,7 @@ def gpu_count(hw, devices=()) -> int:
     return max(nvml, len(hw.nvidia_pci), amd, jax_gpus)
 
 
-def check_host(ctx) -> Verdict:
+def check_host(ctx: Context) -> Verdict:
     hw, host = ctx.hardware(), ctx.host()
     devices = ctx.inventory().devices if "inventory" in ctx.needs else ()
     gpus = gpu_count(hw, devices)
@@ -65,7 +71,7 @@ def check_host(ctx) -> Verdict:
     return passed(", ".join(facts) or "nothing host-level to check", **details)
 
 
-def check_tpu(ctx) -> Verdict:
+def check_tpu(ctx: Context) -> Verdict:
     tpu = ctx.hardware().tpu
     wants_tpu = ctx.expectations.wants_platform("tpu")
     lock = tpu.lockfile
@@ -79,7 +85,7 @@ def check_tpu(ctx) -> Verdict:
             return failed("no TPU chip on this machine", "run this job on a TPU VM", **details)
         return skipped("no TPU chip on this machine", **details)
     fails, warns, fixes = [], [], []
-    held = {}
+    held: dict[int, tuple[ProcessRef, list[str]]] = {}
     for chip in tpu.chips:
         for p in chip.holders:
             held.setdefault(p.pid, (p, []))[1].append(chip.device_path)

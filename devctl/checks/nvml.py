@@ -1,101 +1,25 @@
-"""The nvml-health check: what DCGM's software tests and `nvidia-smi -q` would flag, read through NVML.
+"""The nvml-health check: what DCGM's software tests and `nvidia-smi -q` would flag, judged on NVML's counters.
 
 Uncorrectable ECC errors, retired pages or row remaps waiting for a reset,
 active thermal or power slowdowns, and the temperature against the GPU's own
-slowdown threshold (failure-modes.md §2.1-2.3). pynvml is imported inside the
-functions; a machine without the driver is a skip, not a failure, unless the
-expectations ask for a GPU.
+slowdown threshold (failure-modes.md §2.1-2.3). The counters are read by
+devctl.discovery.nvml.nvml_health; a machine without the driver is a skip, not
+a failure, unless the expectations ask for a GPU.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from devctl.checks.verdict import Verdict, failed, join, passed, skipped, warned
-from devctl.hostroot import HostRoot
-from devctl.model.check import GpuHealth, GpuProcess, NvmlHealth
+from devctl.model.hardware import GpuHealth
+
+if TYPE_CHECKING:
+    # collect/ runs the checks and hands each its Context: named here for the checker only (no runtime import upward).
+    from devctl.collect.check_context import Context
 
 # Within this many degrees of the slowdown threshold the GPU is about to throttle.
 TEMPERATURE_MARGIN_C = 5
-# NVML clock-event bits that mean "slowed down by heat or power"; idle, sync boost and
-# application/display clock settings are not problems.
-_THROTTLE_BITS = (
-    ("nvmlClocksEventReasonSwPowerCap", "sw_power_cap"),
-    ("nvmlClocksEventReasonHwSlowdown", "hw_slowdown"),
-    ("nvmlClocksEventReasonSwThermalSlowdown", "sw_thermal_slowdown"),
-    ("nvmlClocksEventReasonHwThermalSlowdown", "hw_thermal_slowdown"),
-    ("nvmlClocksEventReasonHwPowerBrakeSlowdown", "hw_power_brake_slowdown"),
-)
-
-
-def collect_nvml_health(root: HostRoot) -> NvmlHealth:
-    """Health counters of every GPU NVML sees; never raises for a missing driver."""
-    if not root.is_real:
-        return NvmlHealth("unavailable", "not read under --host-root: NVML talks to this machine's driver", ())
-    from devctl.discovery.nvidia import NvmlUnavailable, nvml_initialized
-
-    try:
-        with nvml_initialized() as pynvml:
-            try:
-                count = pynvml.nvmlDeviceGetCount()
-            except pynvml.NVMLError as e:
-                return NvmlHealth("error", f"NVML could not count the GPUs: {e}", ())
-            return NvmlHealth("ok", None, tuple(_gpu_health(pynvml, i) for i in range(count)))
-    except NvmlUnavailable as e:
-        return NvmlHealth(e.status, e.reason, ())
-
-
-def _gpu_health(pynvml: Any, index: int) -> GpuHealth:
-    from devctl.discovery.nvidia import normalize_pci_bus_id, query
-
-    unavailable: dict[str, str] = {}
-
-    def get(field: str, fn: str, *args: Any) -> Any:
-        value, reason = query(fn, *args)
-        if reason is not None:
-            unavailable[field] = reason
-        return value
-
-    handle = get("handle", "nvmlDeviceGetHandleByIndex", index)
-    if handle is None:
-        return GpuHealth(index, None, None, None, None, None, None, None, None, None, (), None, None, None, None, (), unavailable)
-    unc = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-    volatile = get("ecc_uncorrected_volatile", "nvmlDeviceGetTotalEccErrors", handle, unc, pynvml.NVML_VOLATILE_ECC)
-    aggregate = get("ecc_uncorrected_aggregate", "nvmlDeviceGetTotalEccErrors", handle, unc, pynvml.NVML_AGGREGATE_ECC)
-    dbe_pages = get(
-        "retired_pages_double_bit", "nvmlDeviceGetRetiredPages", handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
-    )
-    pending = get("retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus", handle)
-    remap = get("remapped_rows", "nvmlDeviceGetRemappedRows", handle)  # (correctable, uncorrectable, pending, failed)
-    reasons = get("throttle_reasons", "nvmlDeviceGetCurrentClocksEventReasons", handle)
-    if reasons is None:  # drivers older than the "clocks event" rename
-        unavailable.pop("throttle_reasons", None)
-        reasons = get("throttle_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
-    memory = get("memory", "nvmlDeviceGetMemoryInfo", handle)
-    pci = get("pci_bus_id", "nvmlDeviceGetPciInfo", handle)
-    procs = get("processes", "nvmlDeviceGetComputeRunningProcesses", handle) or []
-    return GpuHealth(
-        index=index,
-        name=get("name", "nvmlDeviceGetName", handle),
-        pci_bus_id=normalize_pci_bus_id(pci.busId) if pci is not None else None,
-        ecc_uncorrected_volatile=volatile,
-        ecc_uncorrected_aggregate=aggregate,
-        retired_pages_double_bit=len(dbe_pages) if dbe_pages is not None else None,
-        retired_pages_pending=(pending == pynvml.NVML_FEATURE_ENABLED) if pending is not None else None,
-        remapped_rows_uncorrectable=remap[1] if remap is not None else None,
-        remap_pending=bool(remap[2]) if remap is not None else None,
-        remap_failed=bool(remap[3]) if remap is not None else None,
-        throttle_reasons=tuple(name for attr, name in _THROTTLE_BITS if reasons and reasons & getattr(pynvml, attr, 0)),
-        temperature_c=get("temperature_c", "nvmlDeviceGetTemperature", handle, pynvml.NVML_TEMPERATURE_GPU),
-        slowdown_threshold_c=get(
-            "slowdown_threshold_c", "nvmlDeviceGetTemperatureThreshold", handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
-        ),
-        memory_total_bytes=memory.total if memory is not None else None,
-        memory_used_bytes=memory.used if memory is not None else None,
-        # usedGpuMemory is None when NVML cannot attribute memory (MIG, or no permission).
-        processes=tuple(GpuProcess(p.pid, getattr(p, "usedGpuMemory", None)) for p in procs),
-        unavailable=unavailable,
-    )
 
 
 def gpu_problems(g: GpuHealth) -> tuple[list[str], list[str], str | None]:
@@ -132,7 +56,7 @@ def gpu_problems(g: GpuHealth) -> tuple[list[str], list[str], str | None]:
     return fails, warns, fix
 
 
-def check_nvml_health(ctx) -> Verdict:
+def check_nvml_health(ctx: Context) -> Verdict:
     health = ctx.nvml()
     wants_gpu = ctx.expectations.wants_platform("cuda", "gpu")
     hw = ctx.hardware()

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from devctl.checks.verdict import Verdict, failed, join, passed, warned
 from devctl.model.plugins import PluginStatus
+
+if TYPE_CHECKING:
+    # collect/ runs the checks and hands each its Context: named here for the checker only (no runtime import upward).
+    from devctl.collect.check_context import Context
 
 # A plugin module without a library beside it may still find one in initialize(): only its failure counts.
 _NOT_A_FAILURE = (PluginStatus.OK, PluginStatus.NO_LIBRARY)
@@ -11,7 +17,7 @@ _NOT_A_FAILURE = (PluginStatus.OK, PluginStatus.NO_LIBRARY)
 FRAMEWORK_PJRT_MAJOR = 0
 
 
-def check_versions(ctx) -> Verdict:
+def check_versions(ctx: Context) -> Verdict:
     env = ctx.environment()
     versions = {p.name: p.version for p in env.packages}
     stack = ", ".join(f"{p.name} {p.version}" for p in env.packages if p.role in ("jax", "jaxlib", "plugin", "pjrt", "libtpu") and p.version)
@@ -31,7 +37,7 @@ def check_versions(ctx) -> Verdict:
     return passed(f"{stack or 'jax and jaxlib'}: consistent", **details)
 
 
-def check_plugins(ctx) -> Verdict:
+def check_plugins(ctx: Context) -> Verdict:
     inv = ctx.inventory()
     # A plugin whose import or initialize() failed in the backend probe is a backend row naming the plugin.
     broken_init = {b.platform: b for b in inv.backends if b.plugin}
@@ -106,7 +112,7 @@ def _plugin_remedy(p) -> str:
     return f"reinstall or remove the plugin module {p.module or p.name}"
 
 
-def check_env(ctx) -> Verdict:
+def check_env(ctx: Context) -> Verdict:
     from devctl.discovery.envvars import assess_env, jaxlib_rules
 
     variables = assess_env()

@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from devctl import __version__
 from devctl.errors import DevctlError, ExitCode
+from devctl.version import __version__
 
 app = typer.Typer(
     name="devctl",
@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
         code = e.exit_code
     except Exception as e:
         # typer's own parse errors (unknown option, bad type) carry exit_code and format_message.
-        if type(e).__name__ == "NoArgsIsHelpError":  # `devctl` or `devctl bench` alone: the help, as click shows it
+        if type(e).__name__ == "NoArgsIsHelpError" and hasattr(e, "format_message") and hasattr(e, "exit_code"):
+            # `devctl` or `devctl bench` alone: the help, as click shows it
             sys.stderr.write(e.format_message().rstrip("\n") + "\n")
             code = e.exit_code
         elif hasattr(e, "format_message") and hasattr(e, "exit_code"):

@@ -12,17 +12,14 @@ from typing import Annotated, Any, Optional
 import typer
 
 from devctl.checks import CHECK_NAMES
+from devctl.cli.cluster import cluster_options
 from devctl.cli.options import (
-    AllPrintOpt,
-    CoordinatorOpt,
-    DistributedOpt,
     HostRootOpt,
     JsonOpt,
-    NumProcessesOpt,
-    ProcessIdOpt,
     TimeoutOpt,
     check_host_root,
     check_output_path,
+    check_platforms,
     check_timeout,
     quoted,
     read_input_file,
@@ -32,6 +29,7 @@ from devctl.cli.options import (
 )
 from devctl.errors import UsageError
 from devctl.model.check import Expectations
+from devctl.model.distributed import ClusterParams
 from devctl.units import RATE_HELP, parse_rate_gbps, parse_size
 
 # Same values as `devctl list --platform`, but here an expectation: it must initialize.
@@ -41,6 +39,7 @@ ExpectPlatformOpt = Annotated[
 ]
 
 
+@cluster_options
 def check(
     json_out: JsonOpt = False,
     platform: ExpectPlatformOpt = None,
@@ -74,11 +73,9 @@ def check(
         ),
     ] = None,
     host_root: HostRootOpt = "/",
-    distributed: DistributedOpt = False,
-    coordinator: CoordinatorOpt = None,
-    num_processes: NumProcessesOpt = None,
-    process_id: ProcessIdOpt = None,
-    all_print: AllPrintOpt = False,
+    *,
+    cluster: ClusterParams | None,
+    all_print: bool,
 ) -> None:
     """Health checks for CI: each check passes, warns, fails or skips; exit 1 when one fails.
 
@@ -94,9 +91,6 @@ def check(
         )
     )  # fmt: skip
     root = check_host_root(host_root)
-    from devctl.collect.distributed import cluster_from_flags
-
-    cluster = cluster_from_flags(distributed, coordinator, num_processes, process_id, all_print)
     junit_to_stdout = junit_xml == "-"
     if junit_to_stdout and json_out:
         raise UsageError("--junit-xml - and --json would both write to stdout; give --junit-xml a file")
@@ -105,6 +99,7 @@ def check(
 
     from devctl.collect.check import check as run
     from devctl.render import check as render
+    from devctl.render import emit
 
     def run_here():
         with render.progress("running checks...") as update:
@@ -125,20 +120,15 @@ def check(
     if junit_to_stdout:
         sys.stdout.write(render.junit_xml(report))
         sys.stdout.flush()
-    elif json_out:
-        from devctl.model import to_jsonable
-        from devctl.render.console import print_json
-
-        print_json(to_jsonable(report))
     else:
-        render.render_check(report)
+        emit(report, json_out)
     if junit_xml is not None and not junit_to_stdout:
         # After the report is shown: a full disk costs the XML file (exit 2), not the verdicts.
         write_output("--junit-xml", junit_xml, render.junit_xml(report).encode("utf-8"))
     raise typer.Exit(report.exit_code)
 
 
-def _check_cluster(cluster, run_here, options, all_print: bool):
+def _check_cluster(cluster: ClusterParams, run_here, options, all_print: bool):
     """Run the checks here, share the report through jax.distributed, merge every host's on process 0."""
     import time
 
@@ -189,12 +179,11 @@ class Flags:
 
 def resolve(flags: Flags, cwd: str | None = None) -> CheckOptions:
     from devctl.collect.check import select
-    from devctl.discovery.envvars import check_platforms
     from devctl.probe.runner import DEFAULT_TIMEOUT_S
 
     table, where = load_table(flags.config, cwd)
     file_values = {key: _from_file(key, value, where) for key, value in table.items()}
-    sources = {key: where for key in file_values}
+    sources = {key: where for key in file_values if where is not None}  # a table always comes from a file
 
     def pick(key: str, flag_value: Any, parse) -> Any:
         if flag_value is not None:
@@ -317,8 +306,6 @@ def _as_table(table: Any, path: str) -> dict[str, Any]:
 
 def _from_file(key: str, value: Any, where: str | None) -> Any:
     """A config value parsed as its flag would be, with errors naming the file and key."""
-    from devctl.discovery.envvars import check_platforms
-
     label = f"{key} in [{TABLE}] of {where}"
     try:
         if key == "platform":

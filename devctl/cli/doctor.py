@@ -31,13 +31,7 @@ def doctor(
 
     with progress("examining this machine..."):
         report = diagnose(host_root=root, timeout_s=timeout_s)
-    if json_out:
-        from devctl.model import to_jsonable
-        from devctl.render.console import print_json
+    from devctl.render import emit
 
-        print_json(to_jsonable(report))
-    else:
-        from devctl.render.doctor import render_doctor
-
-        render_doctor(report)
+    emit(report, json_out)
     raise typer.Exit(report.exit_code)

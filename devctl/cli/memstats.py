@@ -7,42 +7,46 @@ from typing import Annotated, Optional
 
 import typer
 
+from devctl.cli.cluster import cluster_options
 from devctl.cli.options import (
-    AllPrintOpt,
-    CoordinatorOpt,
-    DistributedOpt,
     HostRootOpt,
     JsonOpt,
-    NumProcessesOpt,
-    ProcessIdOpt,
     TimeoutOpt,
     check_host_root,
     check_timeout,
+    parse_devices,
 )
-from devctl.errors import UsageError
+from devctl.errors import InputRejected, UsageError
+from devctl.model.distributed import ClusterParams
 
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
 
+DeviceOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--device",
+        "-d",
+        metavar="ID",
+        help="Only this device: a JAX id (0: the accelerator's when there is one), platform:id (cuda:1, cpu:0, tpu:0), "
+        "or a chip or GPU JAX does not use (tpu-chip:0, nvml:3). Repeatable or comma-separated; all: every device.",
+    ),
+]
 
+
+@cluster_options
 def memstats(
     json_out: JsonOpt = False,
-    device: Annotated[Optional[list[str]], typer.Option("--device", "-d", metavar="ID", help="Only this device: a JAX id (0: the accelerator's when there is one) or platform:id (gpu:1 or cuda:1, cpu:0, tpu-chip:0). Repeatable.")] = None,
+    device: DeviceOpt = None,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every --interval seconds until Ctrl-C or --count.")] = False,
     interval: Annotated[Optional[str], typer.Option("--interval", "-n", metavar="SECONDS", help="Seconds between refreshes with --watch (default 1).")] = None,
     count: Annotated[Optional[str], typer.Option("--count", "-c", metavar="N", help="Stop after N refreshes.")] = None,
     timeout: TimeoutOpt = None,
     host_root: HostRootOpt = "/",
-    distributed: DistributedOpt = False,
-    coordinator: CoordinatorOpt = None,
-    num_processes: NumProcessesOpt = None,
-    process_id: ProcessIdOpt = None,
-    all_print: AllPrintOpt = False,
+    *,
+    cluster: ClusterParams | None,
+    all_print: bool,
 ) -> None:
     """Device memory: the allocator view (memory_stats), the driver view (NVML), the host view, and running jobs' own views."""
-    from devctl.collect.distributed import cluster_from_flags
-    from devctl.collect.memstats import parse_device_filter
-
-    cluster = cluster_from_flags(distributed, coordinator, num_processes, process_id, all_print)
     if cluster is not None:
         _memstats_cluster(json_out, timeout, host_root, cluster, all_print, device=device, watch=watch, count=count, interval=interval)
         return
@@ -54,7 +58,7 @@ def memstats(
         raise UsageError("--interval needs --watch (or --count N): without them memstats takes one snapshot")
     if samples is not None and not watch:
         watch = True  # --count N alone: N samples, as `watch -n` users expect
-    device_filter = parse_device_filter(device)
+    device_filter = parse_devices("--device", device, physical_views=True)
     timeout_s = check_timeout(timeout)
     root = check_host_root(host_root)
 
@@ -63,12 +67,14 @@ def memstats(
     sampler = MemstatsSampler(device_filter=device_filter, timeout_s=timeout_s, host_root=root)
     first = sampler.first()
     if not watch:
-        _print_once(first, json_out)
+        from devctl.render import emit
+
+        emit(first, json_out)
         return
     _watch(sampler, first, interval_s, samples, json_out)
 
 
-def _memstats_cluster(json_out: bool, timeout, host_root: str, params, all_print: bool, **single_host_only) -> None:
+def _memstats_cluster(json_out: bool, timeout, host_root: str, params: ClusterParams, all_print: bool, **single_host_only) -> None:
     from devctl.collect.distributed import cluster_memstats
 
     # The cluster view is one snapshot of every device of every process.
@@ -84,11 +90,10 @@ def _memstats_cluster(json_out: bool, timeout, host_root: str, params, all_print
     timeout_s = check_timeout(timeout)
     root = check_host_root(host_root)
     report = cluster_memstats(params, timeout_s=timeout_s, host_root=root, all_print=all_print)
-    if report is None:  # not process 0: it prints the cluster
-        return
-    from devctl.render.distributed import print_cluster
+    if report is not None:  # None: not process 0, which prints the cluster
+        from devctl.render import emit
 
-    print_cluster(report, json_out)
+        emit(report, json_out)
 
 
 def _interval(text: str | None) -> float:
@@ -111,21 +116,8 @@ def _count(text: str | None) -> int | None:
     return int(text)
 
 
-def _print_once(snapshot, json_out: bool) -> None:
-    from devctl.model import to_jsonable
-
-    if json_out:
-        from devctl.render.console import print_json
-
-        print_json(to_jsonable(snapshot))
-    else:
-        from devctl.render.memstats import render_snapshot
-
-        render_snapshot(snapshot)
-
-
 def _watch(sampler, first, interval_s: float, samples: int | None, json_out: bool) -> None:
-    from devctl.discovery.nvidia import nvml_session
+    from devctl.discovery.nvml import nvml_session
     from devctl.model import to_jsonable
     from devctl.render.console import out, print_json_line, stdout_is_terminal
     from devctl.render.memstats import WatchView, render_snapshot
@@ -169,7 +161,7 @@ def _safe_sample(sampler, previous):
 
     try:
         return sampler.sample()
-    except (UsageError, KeyboardInterrupt):
+    except (UsageError, InputRejected, KeyboardInterrupt):
         raise
     except Exception as e:
         return dataclasses.replace(previous, timestamp=time.time(), problems=[f"sample failed: {type(e).__name__}: {e}"])

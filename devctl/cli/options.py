@@ -1,12 +1,16 @@
-"""Options shared by several commands, and their validation."""
+"""Options shared by several commands, and their one grammar each: platforms, devices, lists, files.
+
+The cluster options (--distributed ...) have their own module, devctl/cli/cluster.py.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Optional, overload
 
 import typer
 
 from devctl.errors import UsageError
+from devctl.model.devices import PHYSICAL_VIEWS, DeviceRef
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 # Parsed by check_timeout, not typer, so a bad value is named in the error.
@@ -25,35 +29,6 @@ HostRootOpt = Annotated[
 PlatformOpt = Annotated[
     Optional[list[str]],
     typer.Option("--platform", "-p", metavar="NAME", help="Only this JAX platform (repeatable): cpu, cuda, rocm, tpu, gpu or a plugin's name."),
-]
-
-# Cluster options (--distributed). Numbers are parsed by devctl.collect.distributed.cluster_params, not typer,
-# so a bad value gets a one-line error that names it.
-_CLUSTER = "Cluster (--distributed)"
-DistributedOpt = Annotated[
-    bool,
-    typer.Option(
-        "--distributed",
-        help="Run on every process of a JAX cluster (jax.distributed); process 0 prints the whole cluster. "
-        "--timeout then also bounds joining and gathering.",
-        rich_help_panel=_CLUSTER,
-    ),
-]
-CoordinatorOpt = Annotated[
-    Optional[str],
-    typer.Option("--coordinator", metavar="HOST:PORT", help="Process 0's address (default: what JAX auto-detects).", rich_help_panel=_CLUSTER),
-]
-NumProcessesOpt = Annotated[
-    Optional[str],
-    typer.Option("--num-processes", metavar="N", help="Number of processes in the cluster (default: auto-detected).", rich_help_panel=_CLUSTER),
-]
-ProcessIdOpt = Annotated[
-    Optional[str],
-    typer.Option("--process-id", metavar="I", help="This process's index, 0 to N-1 (default: auto-detected).", rich_help_panel=_CLUSTER),
-]
-AllPrintOpt = Annotated[
-    bool,
-    typer.Option("--all-print", help="Every process prints the cluster result, not only process 0.", rich_help_panel=_CLUSTER),
 ]
 
 
@@ -82,6 +57,88 @@ def check_timeout(text: str | None) -> float:
     return timeout_s
 
 
+# ---- platforms and devices ---------------------------------------------------------------------------------
+
+
+def known_platforms() -> list[str]:
+    """The platform names --platform and a device's `platform:` accept: those JAX knows by name, and those
+    PJRT_NAMES_AND_LIBRARY_PATHS adds."""
+    import os
+
+    from devctl.discovery.envvars import KNOWN_PLATFORM_NAMES
+
+    from_env = [item.split(os.pathsep)[0].lower() for item in os.environ.get("PJRT_NAMES_AND_LIBRARY_PATHS", "").split(",") if item]
+    return sorted(set(KNOWN_PLATFORM_NAMES) | set(from_env))
+
+
+def check_platforms(platforms: list[str] | None) -> list[str] | None:
+    """--platform: lower-cased platform names (repeatable, comma-separated), `gpu` kept as an alias JAX expands itself."""
+    if not platforms:
+        return None
+    known = known_platforms()
+    names = []
+    for item in platforms:
+        for name in item.split(","):
+            name = name.strip().lower()
+            if name not in known:
+                raise UsageError(f"unknown --platform {name!r}; accepted: {', '.join(known)}")
+            names.append(name)
+    return names
+
+
+# A device id has at most this many digits (leading zeros aside): far above any machine's, and int() stays cheap.
+_ID_DIGITS = 9
+
+
+def parse_devices(flag: str, items: list[str] | None, *, physical_views: bool = False) -> tuple[DeviceRef, ...] | None:
+    """A repeatable, comma-separated device option: None when not given, () for `all` (every device).
+
+    Each entry is `N` (a JAX device id) or `platform:N` (cpu:0, cuda:1, rocm:0, tpu:0, or any name
+    --platform accepts; with `physical_views`, memstats' tpu-chip:N and nvml:N too). `01` is device 1.
+    """
+    example = _device_example(physical_views) + "; several comma-separated, or all"
+    names = split_list(flag, items, example)
+    if names is None:
+        return None
+    if any(n.lower() == "all" for n in names):
+        return ()
+    return tuple(dict.fromkeys(_device(flag, n, physical_views, example) for n in names))
+
+
+def parse_device(flag: str, text: str | None) -> DeviceRef | None:
+    """One device (--src, --dst): `N` or `platform:N`, as parse_devices reads each entry."""
+    example = _device_example(False)
+    if text is None:
+        return None
+    names = split_list(flag, [text], example)
+    if len(names) > 1 or names[0].lower() == "all":
+        raise UsageError(f"{flag} takes one device, got {shown(text)}; give {example}")
+    return _device(flag, names[0], False, example)
+
+
+def _device(flag: str, text: str, physical_views: bool, example: str) -> DeviceRef:
+    platform, colon, ident = text.rpartition(":")
+    # ASCII digits only: str.isdigit() also accepts '²', which int() refuses.
+    digits = ident.lstrip("0") or "0"
+    if not (ident.isascii() and ident.isdigit() and len(digits) <= _ID_DIGITS) or (colon and not platform):
+        raise UsageError(f"{flag} {shown(text)} is not a device id; give {example}")
+    if not platform:
+        return DeviceRef(int(digits))
+    platform = platform.lower()
+    if platform in PHYSICAL_VIEWS and not physical_views:
+        raise UsageError(f"{flag} {shown(text)} is a device JAX does not use (shown by devctl memstats); give {example}")
+    accepted = known_platforms() + (list(PHYSICAL_VIEWS) if physical_views else [])
+    if platform not in accepted:
+        raise UsageError(f"{flag} {shown(text)} names no platform devctl knows; platforms: {', '.join(accepted)}")
+    return DeviceRef(int(digits), platform)
+
+
+def _device_example(physical_views: bool) -> str:
+    if physical_views:
+        return "a JAX device id (0), platform:id (cpu:1, cuda:0) or a chip or GPU JAX does not use (tpu-chip:0, nvml:3)"
+    return "a JAX device id (0) or platform:id (cpu:1, cuda:0)"
+
+
 # ---- values and files given on the command line ------------------------------------------------------------
 
 
@@ -100,6 +157,10 @@ def quoted(value: object) -> str:
     return text if len(text) <= 120 else f"{text[:120]}... ({len(text)} characters)"
 
 
+@overload
+def split_list(flag: str, items: list[str], example: str) -> list[str]: ...
+@overload
+def split_list(flag: str, items: list[str] | None, example: str) -> list[str] | None: ...
 def split_list(flag: str, items: list[str] | None, example: str) -> list[str] | None:
     """The names of a repeatable, comma-separated option; None when it was not given.
 

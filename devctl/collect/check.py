@@ -6,9 +6,8 @@ import dataclasses
 import os
 import socket
 import time
-from typing import Callable
+from typing import Callable, Literal
 
-from devctl import __version__
 from devctl.checks import CHECK_NAMES, backends, compute, machine, nvml, software
 from devctl.checks.verdict import Verdict
 from devctl.collect.check_context import Context
@@ -19,6 +18,7 @@ from devctl.model.check import (
     CheckStatus,
     Expectations,
 )
+from devctl.version import __version__
 
 CHECKS: dict[str, Callable[[Context], Verdict]] = {
     "versions": software.check_versions,
@@ -75,7 +75,7 @@ def build_report(ctx: Context, results: list[CheckResult], *, strict: bool, elap
             for r in results
         ]
     statuses = {r.status for r in results}
-    status = "fail" if CheckStatus.FAIL in statuses else "warn" if CheckStatus.WARN in statuses else "pass"
+    status: Literal["pass", "warn", "fail"] = "fail" if CheckStatus.FAIL in statuses else "warn" if CheckStatus.WARN in statuses else "pass"
     return CheckReport(
         schema=CHECK_SCHEMA,
         devctl_version=__version__,

@@ -10,11 +10,17 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from devctl.hostroot import HostRoot
 from devctl.model.check import Expectations, HealthProbeResult
 from devctl.model.list_ import BackendStatus
+
+if TYPE_CHECKING:
+    from devctl.model.env import EnvironmentReport
+    from devctl.model.hardware import HostInfo, NvmlHealth
+    from devctl.model.list_ import Hardware, Inventory
+    from devctl.probe.runner import Child
 
 # What each check reads; the runner starts what the selection needs before the first check runs.
 NEEDS: dict[str, frozenset[str]] = {
@@ -57,7 +63,7 @@ class Context:
         self._lock = threading.Lock()
         self._futures: dict[str, Future] = {}
         self._pool = ThreadPoolExecutor(max_workers=6, thread_name_prefix="devctl-check")
-        self._health_child = None  # started early, so jax imports while the backend probe runs
+        self._health_child: Child | None = None  # started early, so jax imports while the backend probe runs
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -103,30 +109,30 @@ class Context:
 
     # ---- shared data --------------------------------------------------------------------------
 
-    def inventory(self):
-        """devctl.collect.list_.Inventory: the backend probe and discovery, as `devctl list` reports them."""
+    def inventory(self) -> Inventory:
+        """The backend probe and discovery, as `devctl list` reports them."""
         return self._get("inventory", self._collect_inventory)
 
-    def environment(self):
-        """devctl.collect.env.EnvironmentReport: package versions and their findings."""
+    def environment(self) -> EnvironmentReport:
+        """Package versions and their findings."""
         return self._get("environment", self._collect_environment)
 
     def health(self) -> HealthProbeResult | None:
         """The health child's results; None when no backend initialized (nothing to run it on)."""
         return self._get("health", self._run_health)
 
-    def nvml(self):
-        """model.check.NvmlHealth: per-GPU health counters from NVML."""
+    def nvml(self) -> NvmlHealth:
+        """Per-GPU health counters from NVML."""
         return self._get("nvml", self._collect_nvml)
 
-    def hardware(self):
-        """devctl.collect.list_.Hardware, from the inventory when it is being collected anyway."""
+    def hardware(self) -> Hardware:
+        """From the inventory when it is being collected anyway."""
         if "inventory" in self.needs or "inventory" in self._futures:
             return self.inventory().hardware
         return self._get("hardware", self._discover_hardware)
 
-    def host(self):
-        """model.hardware.HostInfo of the inspected root."""
+    def host(self) -> HostInfo:
+        """The inspected root's."""
         if "inventory" in self.needs or "inventory" in self._futures:
             return self.inventory().host
         return self._get("host", self._host_info)
@@ -156,13 +162,13 @@ class Context:
             # The health child waits for the inventory first; its own time is recorded apart (see _run_health).
             self.phases_s.setdefault(key, round(time.monotonic() - started, 3))
 
-    def _collect_inventory(self):
+    def _collect_inventory(self) -> Inventory:
         from devctl.collect.list_ import collect_inventory
 
         # Every backend, not only the expected ones: a broken plugin breaks the user's jax.devices() too.
         return collect_inventory(platforms=None, timeout_s=self.expectations.timeout_s, host_root=self.root.root)
 
-    def _collect_environment(self):
+    def _collect_environment(self) -> EnvironmentReport:
         from devctl.collect.env import collect_environment
 
         return collect_environment()
@@ -191,17 +197,17 @@ class Context:
         finally:
             self.phases_s["health"] = round(time.monotonic() - started, 3)
 
-    def _collect_nvml(self):
-        from devctl.checks.nvml import collect_nvml_health
+    def _collect_nvml(self) -> NvmlHealth:
+        from devctl.discovery.nvml import nvml_health
 
-        return collect_nvml_health(self.root)
+        return nvml_health(self.root)
 
-    def _discover_hardware(self):
+    def _discover_hardware(self) -> Hardware:
         from devctl.collect.list_ import discover_hardware
 
         return discover_hardware(self.root)
 
-    def _host_info(self):
+    def _host_info(self) -> HostInfo:
         from devctl.discovery.host import host_info
 
         return host_info(self.root)

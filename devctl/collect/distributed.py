@@ -15,9 +15,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from devctl import __version__
-from devctl.errors import UsageError
+from devctl.model import from_dict
 from devctl.model.distributed import (
+    CLUSTER_PARTS,
     LIST_SCHEMA,
     MEMSTATS_SCHEMA,
     ClusterDevice,
@@ -28,61 +28,9 @@ from devctl.model.distributed import (
     Joined,
     ProcessSummary,
 )
-
-# ---------------------------------------------------------------- cluster parameters
-
-
-def cluster_from_flags(
-    distributed: bool, coordinator: str | None, num_processes: str | None, process_id: str | None, all_print: bool
-) -> ClusterParams | None:
-    """None when no cluster flag was given; else the validated cluster (a cluster flag without --distributed is bad input)."""
-    # `is None`, not falsiness: `--coordinator ''` was given, and is bad input, not absent.
-    if not distributed and not all_print and coordinator is None and num_processes is None and process_id is None:
-        return None
-    check_cluster_flags(distributed, coordinator=coordinator, num_processes=num_processes, process_id=process_id, all_print=all_print)
-    return cluster_params(coordinator, num_processes, process_id)
-
-
-def cluster_params(coordinator: str | None, num_processes: str | None, process_id: str | None) -> ClusterParams:
-    """Validated --coordinator/--num-processes/--process-id; what is left out, JAX auto-detects."""
-    coord = check_coordinator(coordinator) if coordinator is not None else None
-    n = _whole(num_processes, "--num-processes", minimum=1)
-    i = _whole(process_id, "--process-id", minimum=0)
-    if n is not None and i is not None and i >= n:
-        raise UsageError(f"--process-id {i} is out of range for --num-processes {n}: use 0 to {n - 1}")
-    return ClusterParams(coord, n, i)
-
-
-def check_cluster_flags(distributed: bool, **flags: Any) -> None:
-    """Cluster flags mean nothing without --distributed: say so rather than ignore them."""
-    if distributed:
-        return
-    for name, value in flags.items():
-        if value not in (None, False):
-            raise UsageError(f"--{name.replace('_', '-')} needs --distributed")
-
-
-def check_coordinator(text: str) -> str:
-    host, sep, port = text.strip().rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host_ok = len(host) > 2  # [IPv6]:port
-    else:
-        host_ok = bool(host) and ":" not in host and " " not in host
-    if not sep or not host_ok:
-        raise UsageError(f"--coordinator must be HOST:PORT (e.g. 10.0.0.1:8476 or [fe80::1]:8476), got {text!r}")
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise UsageError(f"--coordinator port must be a number from 1 to 65535, got {port!r} in {text!r}")
-    return f"{host}:{int(port)}"
-
-
-def _whole(text: str | None, flag: str, minimum: int) -> int | None:
-    if text is None:
-        return None
-    value = text.strip()
-    if not value.isdigit() or int(value) < minimum:
-        raise UsageError(f"{flag} must be a whole number of at least {minimum}, got {text!r}")
-    return int(value)
-
+from devctl.model.list_ import DeviceInfo
+from devctl.model.memstats import MemDevice
+from devctl.version import __version__
 
 # ---------------------------------------------------------------- the exchange, for any command
 
@@ -94,8 +42,8 @@ def gather_reports(report: Any, params: ClusterParams, *, timeout_s: float, all_
     child imports jax and joins the cluster, so its work overlaps the join.
     Every process must call this, whatever its own report says. Returns None
     on the other processes (unless `all_print`). Raises DevctlError naming
-    the processes that never joined or sent no report, and UsageError when
-    JAX rejects the cluster parameters.
+    the processes that never joined or sent no report, and a bad-input error
+    (exit 2) when JAX rejects the cluster parameters.
     """
     from devctl.probe.distributed import exchange
 
@@ -193,7 +141,8 @@ def _list_devices(payload: dict, index: int, hostname: str) -> list[ClusterDevic
             ClusterDevice(
                 process_index=index, hostname=hostname, key=f"{d['platform']}:{d['id']}", platform=d["platform"], id=d["id"],
                 device_kind=d["device_kind"], jax_process_index=d.get("process_index"), bytes_limit=limit,
-                peak_bytes_in_use=peak, headroom_bytes=limit - peak if limit is not None and peak is not None else None, detail=d,
+                peak_bytes_in_use=peak, headroom_bytes=limit - peak if limit is not None and peak is not None else None,
+                detail=from_dict(DeviceInfo, d),
             )
         )  # fmt: skip
     return out
@@ -234,7 +183,7 @@ def cluster_memstats(params: ClusterParams, *, timeout_s: float, host_root: str 
 
 
 def _nvml_if_real(root):
-    from devctl.discovery.nvidia import nvml_report
+    from devctl.discovery.nvml import nvml_report
 
     return nvml_report() if root.is_real else None
 
@@ -248,7 +197,7 @@ def _memstats_devices(payload: dict, index: int, hostname: str) -> list[ClusterD
                 process_index=index, hostname=hostname, key=d["key"], platform=d["platform"], id=d.get("id"),
                 device_kind=d["device_kind"], jax_process_index=jax_view.get(d["key"]),
                 bytes_limit=d.get("bytes_limit"), peak_bytes_in_use=d.get("peak_bytes_in_use"),
-                headroom_bytes=d.get("headroom_bytes"), detail=d,
+                headroom_bytes=d.get("headroom_bytes"), detail=from_dict(MemDevice, d),
             )
         )  # fmt: skip
     return out
@@ -308,7 +257,7 @@ def assemble(schema: str, done, devices_of, started: float) -> ClusterReport:
         devices=devices,
         findings=consistency_findings(summaries),
         headroom=cluster_headroom(schema, payloads, summaries, devices),
-        reports=[p["report"] for p in payloads],
+        reports=[from_dict(CLUSTER_PARTS[schema][0], p["report"]) for p in payloads],
         elapsed_s=time.monotonic() - started,
         join_s=done.join_s,
         gather_s=done.gather_s,
@@ -377,7 +326,7 @@ def _odd_ones(processes: list[ProcessSummary], name: str, code: str, severity: s
         )
     else:  # no majority: name every group
         odd, majority = list(processes), None
-        groups = {}
+        groups: dict[Any, tuple[Any, list[ProcessSummary]]] = {}  # _hashable(value) -> (value, processes)
         for p, v in zip(processes, values):
             groups.setdefault(_hashable(v), (v, []))[1].append(p)
         message = f"{label} differs across processes with no majority: " + "; ".join(
@@ -432,7 +381,9 @@ def _single_process_findings(processes: list[ProcessSummary]) -> list[ClusterFin
 
 def cluster_headroom(schema: str, payloads: list[Any], summaries: list[ProcessSummary], devices: list[ClusterDevice]) -> ClusterHeadroom:
     """min(bytes_limit - peak_bytes_in_use) over every device of every process (and, for memstats, every publishing job)."""
-    candidates = [(d.headroom_bytes, d.process_index, d.hostname, d.key) for d in devices if d.headroom_bytes is not None]
+    candidates: list[tuple[int, int, str, str | None]] = [
+        (d.headroom_bytes, d.process_index, d.hostname, d.key) for d in devices if d.headroom_bytes is not None
+    ]
     if schema == MEMSTATS_SCHEMA:
         for i, p in enumerate(payloads):
             h = p["report"].get("headroom") or {}

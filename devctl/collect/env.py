@@ -6,43 +6,20 @@ import platform
 import socket
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any
 
-from devctl import __version__
-from devctl.model.env import EnvVar, PackageVersion, StackFix, VersionFinding
-
-SCHEMA = "devctl.env/1"
-
-
-@dataclass(frozen=True)
-class EnvironmentReport:
-    schema: str
-    devctl_version: str
-    timestamp: float
-    hostname: str
-    python: str
-    python_executable: str
-    os: str
-    packages: list[PackageVersion]
-    cuda_wheels: list[Any]  # model.hardware.CudaWheel
-    nvidia_driver: str | None
-    nvidia_cuda_driver_version: str | None
-    findings: list[VersionFinding]
-    env: list[EnvVar]
-    notes: list[str]
-    # jaxlib's own PJRT C API version and the rule it applies to plugins (model.plugins.FrameworkPjrt).
-    framework_pjrt: Any = None
-    # The one command that fixes every version skew above; None when nothing is skewed.
-    stack_fix: StackFix | None = None
+from devctl.model.env import SCHEMA, EnvFinding, EnvironmentReport, PackageVersion
+from devctl.model.plugins import FrameworkPjrt
+from devctl.version import __version__
 
 
 def collect_environment(timeout_s: float = 20.0) -> EnvironmentReport:
     """Package metadata, NVML's driver version and os.environ, plus PJRT C API versions read in child processes
     (each plugin library dlopened without being initialized, jaxlib's own asked of its plugin check): safe while
     a job holds the TPU or the GPU."""
-    from devctl.discovery import nvidia
+    from devctl.checks.cuda_driver import check_driver_vs_runtime
+    from devctl.discovery.cuda_wheels import cuda_runtime_version, cuda_wheels
     from devctl.discovery.envvars import FALLBACK_RULES, env_vars, jaxlib_rules
+    from devctl.discovery.nvml import nvml_report
     from devctl.discovery.versions import (
         check_versions,
         installed_packages,
@@ -60,8 +37,8 @@ def collect_environment(timeout_s: float = 20.0) -> EnvironmentReport:
         fix=fix, plugin_check=jaxlib_checks_plugin_versions(), framework=framework,
     )  # fmt: skip
     skewed = fix is not None and any(f.remediation == fix.command for f in findings)
-    wheels = nvidia.cuda_wheels()
-    nvml = nvidia.nvml_report()
+    wheels = cuda_wheels()
+    nvml = nvml_report()
     notes = []
     driver = getattr(nvml, "driver_version", None)
     cuda_driver = nvml.cuda_driver_version_str
@@ -73,7 +50,7 @@ def collect_environment(timeout_s: float = 20.0) -> EnvironmentReport:
     for w in wheels:
         if w.verdict == "too old":
             findings.append(
-                VersionFinding(
+                EnvFinding(
                     "error", [w.distribution],
                     f"{w.distribution} {w.version} is older than the {w.minimum} JAX requires ({w.minimum_source})",
                     f"pip install -U '{w.distribution}>={w.minimum}'",
@@ -81,15 +58,15 @@ def collect_environment(timeout_s: float = 20.0) -> EnvironmentReport:
             )  # fmt: skip
         elif w.verdict == "too new":
             findings.append(
-                VersionFinding(
+                EnvFinding(
                     "error", [w.distribution],
                     f"{w.distribution} {w.version} is newer than the installed JAX CUDA packages accept ({w.minimum_source})",
                     "reinstall with the versions JAX pins: pip install -U --force-reinstall 'jax[cuda13]' (or 'jax[cuda12]')",
                 )
             )  # fmt: skip
-    skew = nvidia.check_driver_vs_runtime(nvml.cuda_driver_version, nvidia.cuda_runtime_version(wheels))
+    skew = check_driver_vs_runtime(nvml.cuda_driver_version, cuda_runtime_version(wheels))
     if skew is not None:
-        findings.append(VersionFinding(skew.severity, ["nvidia-driver", "cuda-runtime"], skew.message, skew.hint or ""))
+        findings.append(EnvFinding(skew.severity, ["nvidia-driver", "cuda-runtime"], skew.message, skew.hint or ""))
     return EnvironmentReport(
         schema=SCHEMA,
         devctl_version=__version__,
@@ -110,7 +87,7 @@ def collect_environment(timeout_s: float = 20.0) -> EnvironmentReport:
     )
 
 
-def _with_pjrt_versions(packages: list[PackageVersion], timeout_s: float) -> tuple[list[PackageVersion], Any]:
+def _with_pjrt_versions(packages: list[PackageVersion], timeout_s: float) -> tuple[list[PackageVersion], FrameworkPjrt | None]:
     """Each plugin package beside the PJRT C API version its library speaks and jaxlib's verdict on it; jaxlib
     beside its own version. The libraries and jaxlib are asked at once, each in a child process."""
     from dataclasses import replace
@@ -124,7 +101,7 @@ def _with_pjrt_versions(packages: list[PackageVersion], timeout_s: float) -> tup
     if not any(p.name == "jaxlib" and p.version for p in packages):
         return packages, None
     entries = [e for e in find_plugin_packages() if e.status is PluginStatus.OK and e.library_path and e.distribution]
-    infos, framework = probe_libraries([e.library_path for e in entries], timeout_s)
+    infos, framework = probe_libraries([e.library_path for e in entries if e.library_path], timeout_s)
     if framework is None:  # no plugin library: jaxlib's own version is still shown beside jaxlib
         framework = framework_pjrt(timeout_s)
     reports = [PluginReport.from_parts(e, infos.get(e.library_path or ""), framework) for e in entries]

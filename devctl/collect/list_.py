@@ -12,67 +12,36 @@ import os
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
 
-from devctl import __version__
 from devctl.hostroot import HostRoot
 from devctl.model.list_ import (
+    SCHEMA,
     BackendInfo,
     BackendStatus,
     DeviceInfo,
+    Hardware,
+    Inventory,
     JaxOutcome,
     UnusedAccelerator,
 )
-
-SCHEMA = "devctl.list/1"
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """Accelerators on the machine as discovery sees them, whether or not JAX uses them."""
-
-    nvidia: Any  # model.hardware.NvmlReport
-    nvidia_device_nodes: list[str]
-    nvidia_pci: list[Any]  # model.hardware.PciFunction: GPUs on the bus, with or without a driver
-    tpu: Any  # model.hardware.TpuReport
-    amd: Any  # model.hardware.AmdReport
-
-
-@dataclass(frozen=True)
-class Inventory:
-    schema: str
-    devctl_version: str
-    timestamp: float
-    hostname: str
-    jax_version: str | None
-    jaxlib_version: str | None
-    default_platform: str | None
-    backends: list[BackendInfo]
-    devices: list[DeviceInfo]
-    unused_accelerators: list[UnusedAccelerator]
-    plugins: list[Any]  # model.plugins.PluginReport
-    host: Any  # model.hardware.HostInfo
-    hardware: Hardware
-    elapsed_s: float
-    notes: list[str] = field(default_factory=list)
-    # What jax.devices() does here; None where no prediction was made (a --distributed process's own probe).
-    jax_outcome: JaxOutcome | None = None
+from devctl.version import __version__
 
 
 def discover_hardware(root: HostRoot, tpu_report=None) -> Hardware:
-    from devctl.discovery import amd, nvidia, tpu
+    from devctl.discovery import amd, tpu
+    from devctl.discovery.nvidia_pci import nvidia_device_nodes, nvidia_pci_devices
+    from devctl.discovery.nvml import nvml_report
     from devctl.model.hardware import NvmlReport
 
     if root.is_real:
-        nvml = nvidia.nvml_report()
+        nvml = nvml_report()
     else:
         reason = "not read under --host-root: NVML talks to this machine's driver, not to a host tree"
         nvml = NvmlReport("unavailable", reason, None, None, None, ())
     return Hardware(
         nvidia=nvml,
-        nvidia_device_nodes=nvidia.nvidia_device_nodes(root),
-        nvidia_pci=nvidia.nvidia_pci_devices(root),
+        nvidia_device_nodes=nvidia_device_nodes(root),
+        nvidia_pci=nvidia_pci_devices(root),
         tpu=tpu_report or tpu.tpu_info(root),
         amd=amd.amd_report(root),
     )
@@ -128,7 +97,7 @@ def assemble_inventory(probe, hardware: Hardware, plugins: list, host, started: 
 
 def match_nvml(devices: list[DeviceInfo], nvml) -> list[DeviceInfo]:
     """Attach to each CUDA device the NVML GPU with the same PCI bus id."""
-    from devctl.discovery.nvidia import normalize_pci_bus_id
+    from devctl.discovery.pci import normalize_pci_bus_id
 
     gpus = {normalize_pci_bus_id(g.pci_bus_id): g for g in (getattr(nvml, "gpus", None) or ()) if g.pci_bus_id}
     out = []
@@ -218,7 +187,9 @@ def with_hint(b: BackendInfo, hw: Hardware) -> BackendInfo:
 def with_advice(outcome: JaxOutcome | None, backends: list[BackendInfo], hw: Hardware) -> JaxOutcome | None:
     from devctl.checks.advice import for_outcome
 
-    advice = for_outcome(outcome, backends, hw) if outcome is not None else None
+    if outcome is None:
+        return None
+    advice = for_outcome(outcome, backends, hw)
     if advice is None:
         return outcome
     return dataclasses.replace(outcome, code=advice.code, summary=advice.summary, fix=advice.fix, fix_env=advice.fix_env)

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import socket
 import time
+from typing import TYPE_CHECKING
 
-from devctl.errors import UsageError
+from devctl.errors import InputRejected
 from devctl.hostroot import HostRoot
+from devctl.model.devices import PHYSICAL_VIEWS, DeviceRef
 from devctl.model.memstats import (
     SCHEMA,
+    ChipHolder,
+    DriverMemory,
     Headroom,
     HostMemory,
     MemDevice,
@@ -21,42 +25,23 @@ from devctl.model.memstats import (
     MemSnapshot,
 )
 
-
-def parse_device_filter(values: list[str] | None) -> list[str] | None:
-    """'0' (a JAX device id) or 'platform:id' (cuda:1, tpu-chip:0, nvml:3), checked before anything runs."""
-    if values is None:
-        return None
-    out = []
-    for value in (v.strip() for item in values for v in item.split(",")):
-        if not value:
-            # A script whose variable came out empty must not silently watch every device.
-            raise UsageError(f"--device has an empty entry in {_shown(','.join(values))}; {_DEVICE_HELP}")
-        platform, _, ident = value.rpartition(":")
-        if not (ident.isascii() and ident.isdigit() and len(ident) <= 9) or (platform and not (platform.isascii() and platform.replace("-", "").isalnum())):
-            raise UsageError(f"--device {_shown(value)} is not a device id; {_DEVICE_HELP}")
-        out.append(value)
-    return out
-
-
-_DEVICE_HELP = "use a JAX device id (0) or platform:id (cuda:1, tpu-chip:0)"
-
-
-def _shown(value: str) -> str:
-    from devctl.text import printable
-
-    return printable(repr(value), 120)
+if TYPE_CHECKING:
+    from devctl.model.hardware import TpuReport
+    from devctl.probe.backends import BackendsProbe
 
 
 class MemstatsSampler:
-    def __init__(self, *, device_filter: list[str] | None, timeout_s: float, host_root: str = "/", publisher_dir: str | None = None):
-        self.filter = device_filter
+    def __init__(
+        self, *, device_filter: tuple[DeviceRef, ...] | None, timeout_s: float, host_root: str = "/", publisher_dir: str | None = None
+    ):
+        self.filter = device_filter  # None or (): every device
         self.all_keys: list[str] = []
         self.accelerators = False  # a bare --device id means the accelerator's device when JAX has one
         self.timeout_s = timeout_s
         self.root = HostRoot(host_root)
         self.publisher_dir = publisher_dir
-        self.probe = None
-        self.tpu = None
+        self.probe: BackendsProbe | None = None  # set by first(), or by `devctl memstats --distributed` per process
+        self.tpu: TpuReport | None = None
 
     def first(self) -> MemSnapshot:
         """The full snapshot: probe JAX once, then everything else."""
@@ -75,7 +60,8 @@ class MemstatsSampler:
 
     def sample(self) -> MemSnapshot:
         from devctl.discovery.host import host_info
-        from devctl.discovery.nvidia import normalize_pci_bus_id, nvml_report
+        from devctl.discovery.nvml import nvml_report
+        from devctl.discovery.pci import normalize_pci_bus_id
         from devctl.discovery.publishers import read_publishers
 
         problems: list[str] = []
@@ -86,6 +72,7 @@ class MemstatsSampler:
         gpus = {normalize_pci_bus_id(g.pci_bus_id): g for g in (nvml.gpus if nvml else ()) if g.pci_bus_id}
         devices: list[MemDevice] = []
         key_of_gpu: dict[int, str] = {}
+        assert self.probe is not None, "sample() before first()"
         for d in self.probe.devices:
             key = f"{d.platform}:{d.id}"
             bus_id = d.attributes.get("pci_bus_id")
@@ -104,7 +91,7 @@ class MemstatsSampler:
 
         try:
             publishers = read_publishers(self.publisher_dir)
-        except UsageError as e:  # the directory changed hands under a running watch
+        except InputRejected as e:  # the directory changed hands under a running watch
             problems.append(str(e))
             publishers = None
         processes = _processes(nvml, key_of_gpu, publishers, self.tpu)
@@ -134,29 +121,25 @@ class MemstatsSampler:
         )
 
     def _check_filter(self, snapshot: MemSnapshot) -> None:
+        """A --device naming no device here is bad input only this machine can tell."""
         for wanted in self.filter or ():
-            if not any(_matches_one(d.key, d.platform, wanted, self.accelerators) for d in snapshot.devices):
-                raise UsageError(f"--device {wanted!r} matches no device; devices here: {', '.join(self.all_keys) or 'none'}")
+            if not any(_matches_one(d, wanted, self.accelerators) for d in snapshot.devices):
+                raise InputRejected(f"--device {str(wanted)!r} matches no device; devices here: {', '.join(self.all_keys) or 'none'}")
 
 
-# JAX names CUDA and ROCm devices' platform "gpu"; people type cuda:0 or rocm:0.
-_ALIASES = {"cuda": "gpu", "rocm": "gpu"}
+def _matches(d: MemDevice, wanted: tuple[DeviceRef, ...], accelerators: bool) -> bool:
+    return any(_matches_one(d, w, accelerators) for w in wanted)
 
 
-def _matches(d: MemDevice, wanted: list[str], accelerators: bool) -> bool:
-    return any(_matches_one(d.key, d.platform, w, accelerators) for w in wanted)
-
-
-def _matches_one(key: str, platform: str, wanted: str, accelerators: bool) -> bool:
-    """`wanted` is platform:id (with cuda/rocm meaning gpu) or a bare JAX id: the accelerator's when there is one."""
-    if ":" in wanted:
-        want_platform, _, ident = wanted.partition(":")
-        want_platform = _ALIASES.get(want_platform, want_platform)
-        return key == f"{want_platform}:{ident}"
-    key_platform, _, ident = key.partition(":")
-    if key_platform in ("nvml", "tpu-chip") or ident != wanted:
+def _matches_one(d: MemDevice, wanted: DeviceRef, accelerators: bool) -> bool:
+    """`platform:N` names the device keyed so (cuda:1 and rocm:1 name JAX's gpu:1); a bare id names a JAX
+    device, the accelerator's when there is one, never a chip or GPU JAX does not use (tpu-chip:N, nvml:N)."""
+    key_platform, _, ident = d.key.partition(":")
+    if not (ident.isascii() and ident.isdigit()):
         return False
-    return platform != "cpu" if accelerators else True
+    if wanted.platform is None and (key_platform in PHYSICAL_VIEWS or (accelerators and d.platform == "cpu")):
+        return False
+    return wanted.names(int(ident), key_platform)
 
 
 def _stat(stats: dict | None, name: str) -> int | None:
@@ -169,7 +152,7 @@ def _headroom(stats: dict | None) -> int | None:
     return limit - peak if limit is not None and peak is not None else None
 
 
-def _driver(gpu) -> dict:
+def _driver(gpu) -> DriverMemory:
     return {
         "index": gpu.index,
         "uuid": gpu.uuid,
@@ -199,7 +182,7 @@ def _nvml_device(gpu) -> MemDevice:
 
 
 def _tpu_chip(chip) -> MemDevice:
-    holders = [{"pid": p.pid, "user": p.user, "command": p.command} for p in chip.holders]
+    holders: list[ChipHolder] = [{"pid": p.pid, "user": p.user, "command": p.command} for p in chip.holders]
     return MemDevice(
         key=f"tpu-chip:{chip.index}", source="tpu-pci", platform="tpu", id=None, device_kind=f"TPU {chip.version}",
         memory_stats=None, bytes_limit=None, peak_bytes_in_use=None, headroom_bytes=None, driver=None,

@@ -6,15 +6,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from devctl.model.plugins import (
-    FrameworkPjrt,
-    PjrtLibraryInfo,
-    PluginEntry,
-    PluginReport,
-    PluginStatus,
-)
+from devctl.model.plugins import SCHEMA, FrameworkPjrt, PjrtLibraryInfo, PluginEntry, PluginReport, PluginsReport, PluginStatus
 
 DEFAULT_TIMEOUT_S = 20.0
+
+
+def collect_plugins(timeout_s: float = DEFAULT_TIMEOUT_S) -> PluginsReport:
+    """`devctl plugins`'s report."""
+    return PluginsReport(SCHEMA, plugins_report(timeout_s))
 
 
 def plugins_report(

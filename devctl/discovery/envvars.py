@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Mapping
 
-from devctl.errors import UsageError
 from devctl.model.env import EnvVar
 from devctl.safefs import read_regular
 
@@ -103,16 +102,21 @@ def rules_from_source(text: str) -> JaxlibRules:
         raise ValueError(f"xla_client.py has no {_OPTIONS_FUNCTION}()")
     holds: dict[str, set[str]] = {}  # local name -> the variables whose value it may hold
     methods: dict[str, tuple[str, ...]] = {}  # variable -> str methods applied to its value where it is read
-    assigns = [n for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)]
-    for n in assigns:
-        var, applied = _getenv(n.value)
+    # (name, value) of every `name = value`
+    assigns = [
+        (t.id, n.value)
+        for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
+        for t in n.targets if isinstance(t, ast.Name)
+    ]  # fmt: skip
+    for target, value in assigns:
+        var, applied = _getenv(value)
         if var:
-            holds.setdefault(n.targets[0].id, set()).add(var)
+            holds.setdefault(target, set()).add(var)
             methods[var] = applied
     for _ in range(3):  # `memory_fraction = deprecated_memory_fraction`: aliases, a few levels deep
-        for n in assigns:
-            if isinstance(n.value, ast.Name) and n.value.id in holds:
-                holds.setdefault(n.targets[0].id, set()).update(holds[n.value.id])
+        for target, value in assigns:
+            if isinstance(value, ast.Name) and value.id in holds:
+                holds.setdefault(target, set()).update(holds[value.id])
 
     def variables(expr: ast.expr) -> set[str]:
         if isinstance(expr, ast.Name):
@@ -128,7 +132,7 @@ def rules_from_source(text: str) -> JaxlibRules:
     numbers: dict[str, tuple[str, bool]] = {}
     choices: dict[str, tuple[str, ...]] = {}
     # jaxlib 0.12 names its list first (`allowed_allocators = (...)`, then `not in allowed_allocators`).
-    named_lists = {n.targets[0].id: _strings(n.value) for n in assigns if _strings(n.value) is not None}
+    named_lists = {target: _strings(value) for target, value in assigns if _strings(value) is not None}
     for n in ast.walk(fn):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("int", "float") and len(n.args) == 1:
             arg = n.args[0]
@@ -157,11 +161,10 @@ def rules_from_source(text: str) -> JaxlibRules:
 
 def _strings(expr: ast.expr) -> tuple[str, ...] | None:
     """The strings of a literal tuple, list or set of strings; None for anything else."""
-    if isinstance(expr, (ast.Tuple, ast.List, ast.Set)) and all(
-        isinstance(e, ast.Constant) and isinstance(e.value, str) for e in expr.elts
-    ):
-        return tuple(e.value for e in expr.elts)  # type: ignore[union-attr]
-    return None
+    if not isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
+        return None
+    strings = tuple(e.value for e in expr.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return strings if len(strings) == len(expr.elts) else None
 
 
 def _getenv(expr: ast.expr) -> tuple[str | None, tuple[str, ...]]:
@@ -272,15 +275,15 @@ def _assess_number(name: str, value: str, environ: Mapping[str, str], rules: Jax
         number = int(value) if kind == "int" else float(value)
     except ValueError:
         words = "an integer" if kind == "int" else "a number"
-        problem = f"{value!r} is not {words} (jaxlib reads it with {kind}()); {_AT_CLIENT}"
+        invalid = f"{value!r} is not {words} (jaxlib reads it with {kind}()); {_AT_CLIENT}"
         if name in _ZERO_ONE and value.strip().lower() in _WORDS:
             fixed = _WORDS[value.strip().lower()]
-            return Assessment(name, value, "unsupported", problem, "error", f"export {name}={fixed}", EnvFix(set={name: fixed}))
+            return Assessment(name, value, "unsupported", invalid, "error", f"export {name}={fixed}", EnvFix(set={name: fixed}))
         if name == OLD_FRACTION:
             remedy = f"unset {OLD_FRACTION}; to cap JAX's GPU memory set {FRACTION} to a number in (0, 1] instead"
         else:
             remedy = f"unset {name} (JAX then uses its default) or set {words}"
-        return Assessment(name, value, "unsupported", problem, "error", remedy, EnvFix(unset=(name,)))
+        return Assessment(name, value, "unsupported", invalid, "error", remedy, EnvFix(unset=(name,)))
 
     if name in (FRACTION, OLD_FRACTION):
         meaning = f"JAX's GPU memory pool: {number:.0%} of each GPU's memory" if 0 < number <= 1 else f"fraction {number:g}"
@@ -420,22 +423,3 @@ def assess_env(environ: Mapping[str, str] | None = None) -> list[Assessment]:
 def env_vars(environ: Mapping[str, str] | None = None) -> list[EnvVar]:
     """The variables of assess_env() as the report's model rows."""
     return [a.env_var() for a in assess_env(environ)]
-
-
-def check_platforms(platforms: list[str] | None) -> list[str] | None:
-    """Lower-cased platform names, `gpu` kept as an alias JAX expands itself.
-
-    Accepted: the platforms JAX knows by name, and those PJRT_NAMES_AND_LIBRARY_PATHS adds.
-    """
-    if not platforms:
-        return None
-    from_env = [item.split(os.pathsep)[0].lower() for item in os.environ.get("PJRT_NAMES_AND_LIBRARY_PATHS", "").split(",") if item]
-    known = set(KNOWN_PLATFORM_NAMES) | set(from_env)
-    names = []
-    for item in platforms:
-        for name in item.split(","):
-            name = name.strip().lower()
-            if name not in known:
-                raise UsageError(f"unknown --platform {name!r}; accepted: {', '.join(sorted(known))}")
-            names.append(name)
-    return names

@@ -1,4 +1,4 @@
-"""Small readers of a PCI device's sysfs directory, shared by the NVIDIA, TPU and NVSwitch scans.
+"""Small readers of a PCI device's sysfs directory, shared by the NVIDIA, TPU and NVSwitch scans, and PCI addresses.
 
 Every value is checked against the form the kernel writes before it is used or
 shown: a tree under --host-root is data someone else prepared, and a "vendor"
@@ -19,6 +19,8 @@ _HEX_ID_RE = re.compile(r"0x[0-9a-f]{4}")  # vendor, device, subsystem_device
 _CLASS_RE = re.compile(r"0x[0-9a-f]{6}")
 # Kernel driver names ("nvidia", "vfio-pci"), iommu group numbers and PCI addresses.
 _LINK_NAME_RE = re.compile(r"[A-Za-z0-9_.:+-]{1,64}")
+# A bus id as NVML ("00000000:3B:00.0"), sysfs ("0000:3b:00.0") or lspci ("3b:00.0") writes it.
+_BUS_ID_RE = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])")
 
 
 def pci_addresses(root: HostRoot) -> list[str]:
@@ -64,3 +66,18 @@ def numa_node(root: HostRoot, device_dir: str) -> int | None:
         return None
     node = int(text)
     return node if node >= 0 else None
+
+
+def normalize_pci_bus_id(bus_id: str | bytes | None) -> str | None:
+    """'00000000:3B:00.0' (NVML), '0000:3b:00.0' (sysfs) or '3b:00.0' -> '0000:3b:00.0'; None if unparsable.
+
+    CUDA, NVML and sysfs each write the same address differently: compare them only in this form."""
+    if bus_id is None:
+        return None
+    if isinstance(bus_id, bytes):
+        bus_id = bus_id.decode("ascii", "replace")
+    m = _BUS_ID_RE.fullmatch(bus_id.strip().strip("\0").lower())
+    if not m:
+        return None
+    domain, bus, device, function = m.groups()
+    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"

@@ -18,6 +18,7 @@ import os
 import pkgutil
 import sys
 from collections.abc import Mapping
+from typing import Literal
 
 from devctl.model.plugins import PluginEntry, PluginSource, PluginStatus
 
@@ -241,7 +242,7 @@ class _DistributionIndex:
     """Which installed distribution lists a file, built on first use from every RECORD."""
 
     def __init__(self) -> None:
-        self._by_path: dict[str, tuple[str, str]] | None = None
+        self._by_path: dict[str, tuple[str, str | None]] | None = None
 
     def owner_of(self, path: str | None) -> tuple[str | None, str | None]:
         if not path:
@@ -251,10 +252,10 @@ class _DistributionIndex:
         return self._by_path.get(os.path.realpath(path), (None, None))
 
     @staticmethod
-    def _build() -> dict[str, tuple[str, str]]:
+    def _build() -> dict[str, tuple[str, str | None]]:
         # Keys are a distribution's top-level entries and their children (jax_plugins/xla_cuda12,
         # libtpu/libtpu.so): enough to map a plugin directory or library without storing every file.
-        index: dict[str, tuple[str, str]] = {}
+        index: dict[str, tuple[str, str | None]] = {}
         for dist in importlib.metadata.distributions():
             name, version = _dist_name_version(dist)
             if name is None:
@@ -401,5 +402,5 @@ def check_library_file(path: str) -> tuple[PluginStatus, str | None]:
 def _elf_type(header: bytes) -> int | None:
     if len(header) < 18:
         return None
-    byteorder = "little" if header[5] == 1 else "big"  # EI_DATA: 1 little-endian, 2 big-endian
+    byteorder: Literal["little", "big"] = "little" if header[5] == 1 else "big"  # EI_DATA: 1 little-endian, 2 big-endian
     return int.from_bytes(header[16:18], byteorder)

@@ -1,4 +1,4 @@
-"""Which processes hold a path open, from /proc/*/fd, the way tpu-info finds a TPU's owner.
+"""Processes: which hold a path open (from /proc/*/fd, the way tpu-info finds a TPU's owner), which is alive, which runs a program.
 
 Link targets are compared as text with os.readlink, never followed, so a host
 root's links (which point at the host's paths) and a fake tree's dangling
@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from devctl.hostroot import HostRoot
 from devctl.model.hardware import HolderScan, ProcessRef
 from devctl.text import printable
+
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT: no pid is larger
 
 
 def path_holders(root: HostRoot, match: str | re.Pattern[str] | Iterable[str]) -> dict[str, list[ProcessRef]]:
@@ -135,13 +137,41 @@ def _command(root: HostRoot, pid: int) -> str | None:
 
 
 def pid_alive(root: HostRoot, pid: int) -> bool:
-    """Whether the pid exists in the root's /proc and is not a zombie."""
-    if pid <= 0:
+    """Whether the pid runs in the root's pid namespace: it exists and is not a zombie.
+
+    On this machine the kernel is asked first (signal 0): /proc mounted with hidepid hides another
+    user's processes that still run. Under a host root, its /proc is all there is to go by.
+    """
+    if not 0 < pid <= PID_MAX:
         return False
-    if not root.exists(f"/proc/{pid}"):
+    if not (_signal_reaches(pid) if root.is_real else root.exists(f"/proc/{pid}")):
         return False
     status = root.read_text(f"/proc/{pid}/status")
     if status is None:
-        return True  # the directory is there; an unreadable status still means a live process
+        return True  # it exists; a status we may not read (hidepid) still means a live process
     m = re.search(r"^State:\s+(\S)", status, re.MULTILINE)
     return not (m and m.group(1) in ("Z", "X"))
+
+
+def _signal_reaches(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, owned by someone else
+    except OSError:
+        return False
+    return True
+
+
+def find_process(root: HostRoot, name: str) -> ProcessRef | None:
+    """The first live process whose comm or argv[0] basename is `name` (a daemon looked for by its program)."""
+    for pid in _pids(root):
+        comm = root.read_text(f"/proc/{pid}/comm", limit=256) or ""
+        cmdline = root.read_text(f"/proc/{pid}/cmdline", limit=4096) or ""
+        argv0 = os.path.basename(cmdline.split("\0", 1)[0]) if cmdline else ""
+        # comm is cut to 15 characters: "nv-fabricmanage".
+        if name in (argv0, comm) or (len(comm) == 15 and name.startswith(comm)):
+            return process_ref(root, pid)
+    return None

@@ -7,8 +7,9 @@ CLI calls this on every `memstats --watch` refresh.
 
 The directory is private to the user (mode 0700): snapshots carry command
 lines, and a directory others can write to would let them plant snapshots.
-The directory helpers are shared with the writer (devctl/monitor.py) so both
-sides agree on where to look and what to refuse.
+The directory helpers are shared with the writer (devctl.publish) so both
+sides agree on where to look and what to refuse; what a snapshot may hold, and
+how one is decoded and checked, is devctl.discovery.snapshot_format.
 
 What the reader trusts, and what it does not (see the README's threat model):
 - the directory's name may have been planted by another user (/dev/shm is
@@ -27,21 +28,21 @@ What the reader trusts, and what it does not (see the README's threat model):
 from __future__ import annotations
 
 import errno
-import json
-import math
 import os
 import re
 import socket
 import stat
 import tempfile
 import time
-from typing import Any
 
-from devctl.errors import UsageError
+from devctl.discovery.snapshot_format import (
+    MAX_FILE_BYTES,
+    PID_MAX,
+    SNAPSHOT_PREFIX,
+    decode_snapshot,
+)
+from devctl.errors import InputRejected
 from devctl.model.publishers import (
-    SCHEMA,
-    PublishedArray,
-    PublishedDevice,
     PublisherProblem,
     PublisherSnapshot,
     PublishersReport,
@@ -61,29 +62,11 @@ STALE_INTERVALS = 3  # a snapshot older than this many of its intervals is stale
 # that a busy machine or a GIL-holding call delays by a few hundred ms would
 # otherwise flicker out of the list. Exited jobs are caught by their pid at once.
 MIN_STALE_INTERVAL_S = 1.0
-PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT: no pid is larger
 _NAME = re.compile(r"^([1-9][0-9]{0,6})\.json$")
 # safefs.write_atomic's temporary name (.<pid>.json.<random>.tmp), and the fixed one older writers used.
 _TEMP_NAME = re.compile(r"^\.([1-9][0-9]{0,6})\.json(?:\.[a-z0-9_]{1,16})?\.tmp$")
-# What every snapshot devctl writes begins with (monitor._encode): how a left-over temp file is known as ours.
-SNAPSHOT_PREFIX = b'{"schema":"devctl.publisher/1"'
-# Bounds on what one snapshot may hold. A job has a handful of local devices
-# (1024 is a large forced CPU count); the writer's top_k is capped to MAX_ARRAYS.
-# A snapshot of 1024 devices with full allocator stats and the default top_k is
-# under 1 MiB; the file cap also bounds the cost of a damaged one (the nesting
-# scan and the parser are linear in it).
-MAX_FILE_BYTES = 2 << 20
-MAX_DEVICES = 1024
-MAX_ARRAYS = 1024
 MAX_FILES = 512  # snapshot files read per directory and refresh: far more jobs than one host runs
-MAX_DEPTH = 16  # a snapshot nests 4 levels; json's parser recurses once per level
-_MAX_STATS = 64  # memory_stats keys (PJRT reports about 15)
-_MAX_RANK = 64
-_MAX_COMMAND_WORDS = 1024
-_SIZE_LIMIT = 1 << 63  # bytes, counts: anything at or past int64's range is not a figure
-_ID_LIMIT = 1 << 31
 _CREATE_TIME_TOLERANCE_S = 1.0  # psutil derives create_time from boot time and ticks: equal for one process
-_PLATFORM = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 
 
 # --- where snapshots live ---------------------------------------------------
@@ -161,7 +144,7 @@ def read_publishers(
     A snapshot whose process is gone (exited, a zombie, or its pid now another
     process's), or older than 3 of its intervals (at least 3 s), is stale: left
     out, and its file removed when `remove_stale`. A damaged or foreign file is
-    reported in `problems` and never removed. Raises UsageError when the
+    reported in `problems` and never removed. Raises InputRejected when the
     directory asked for (the argument or $DEVCTL_RUNTIME_DIR) is a symbolic link,
     not a directory, owned by another user or open to other users; a default
     directory in that state is a problem line instead, and is not read.
@@ -178,7 +161,7 @@ def read_publishers(
     for path in (primary, *others):
         problem = scan.directory(path)
         if problem and explicit:
-            raise UsageError(f"refusing to read snapshots from {printable(path, 500)}: {problem}")
+            raise InputRejected(f"refusing to read snapshots from {printable(path, 500)}: {problem}")
         if problem:
             # Not a place the user named: say so without failing the command.
             scan.problem(path, f"refusing to read snapshots: {problem}")
@@ -358,88 +341,6 @@ class _Dir:
         return True
 
 
-# --- decoding -----------------------------------------------------------------
-
-# A JSON string, matched so that it always succeeds at its opening quote (at the
-# closing quote or at the end of the input): no backtracking, linear on any input.
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*\\?(?:"|\Z)', re.S)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_SQUARE = bytes.maketrans(b"{}", b"[]")
-
-
-def nesting_too_deep(raw: bytes, limit: int = MAX_DEPTH) -> bool:
-    """True when `raw` nests arrays and objects deeper than `limit` (or leaves more than `limit` open).
-
-    json's parser recurses once per level, so a 200,000-deep array would end in
-    RecursionError, or on a small stack in a crash; this answers first, in a few
-    linear passes at C speed: strings blanked, everything but brackets dropped,
-    then innermost pairs removed one level per pass.
-    """
-    brackets = _STRING.sub(b'""', raw).translate(_SQUARE, _NOT_BRACKETS)
-    for _ in range(limit):
-        shorter = brackets.replace(b"[]", b"")
-        if len(shorter) == len(brackets):
-            break
-        brackets = shorter
-    return b"[]" in brackets or brackets.count(b"[") > limit
-
-
-def decode_snapshot(raw: bytes, *, path: str | None = None, now: float | None = None) -> tuple[PublisherSnapshot | None, str | None]:
-    """The snapshot in `raw`, or None and why it is not one (a line fit to print)."""
-    if len(raw) > MAX_FILE_BYTES:
-        return None, f"larger than {MAX_FILE_BYTES} bytes"
-    if not raw.strip():
-        return None, "empty file"
-    if nesting_too_deep(raw):
-        return None, f"not valid JSON (nested deeper than {MAX_DEPTH} levels)"
-    try:
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_constant, parse_int=_int_token, parse_float=_float_token)
-    except RecursionError:
-        return None, "not valid JSON (nested too deeply)"
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError and the token checks below
-        return None, f"not valid JSON ({_one_line(e)})"
-    if not isinstance(doc, dict):
-        return None, "not a JSON object"
-    if doc.get("schema") != SCHEMA:
-        return None, f"schema {_show(doc.get('schema'))}, expected {SCHEMA!r}"
-    try:
-        return parse_snapshot(doc, path=path, now=now), None
-    except (ValueError, TypeError, OverflowError) as e:
-        return None, f"not a valid snapshot: {_one_line(e)}"
-
-
-def _constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _int_token(text: str) -> int:
-    # int() of a 5000-digit token costs quadratic time (and raises past 4300 digits on new Pythons).
-    # 64 digits is far past any figure, and lets the field checks name a merely too-large value.
-    if len(text) > 64:
-        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits")
-    return int(text)
-
-
-def _float_token(text: str) -> float:
-    value = float(text[:40]) if len(text) <= 40 else math.inf
-    if not math.isfinite(value):
-        raise ValueError(f"number {printable(text, 24)} is out of range")
-    return value
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
-
-
-def _show(value: Any) -> str:
-    """A value from a snapshot, short and printable, for a problem line."""
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    return printable(repr(value), 40)
-
-
 # --- liveness ---------------------------------------------------------------
 
 
@@ -475,129 +376,3 @@ def _same_process_alive(pid: int, create_time: float | None) -> bool:
     except psutil.Error:
         return True  # cannot tell: trust the pid
     return actual is None or abs(actual - create_time) <= _CREATE_TIME_TOLERANCE_S
-
-
-# --- parsing ----------------------------------------------------------------
-#
-# Every check names the field (devices[3].live_bytes) and the value it found:
-# the problem line tells the user which job wrote what. A value outside its
-# range (a negative size, a device id -7, a size past 2**63) makes the whole
-# snapshot invalid rather than a figure in a table.
-
-
-def parse_snapshot(doc: dict[str, Any], *, path: str | None = None, now: float | None = None) -> PublisherSnapshot:
-    """A `devctl.publisher/1` document as a PublisherSnapshot; ValueError names the first bad field."""
-    timestamp = _number(doc.get("timestamp"), "timestamp")
-    interval = doc.get("interval_s")
-    if interval is not None:
-        interval = _number(interval, "interval_s")
-        if not interval > 0:
-            raise ValueError(f"interval_s is {interval!r}, not a positive number of seconds")
-    devices = _list(doc.get("devices", []), "devices", MAX_DEVICES)
-    arrays = _list(doc.get("largest_arrays", []), "largest_arrays", MAX_ARRAYS)
-    command = _list(doc.get("command", []), "command", _MAX_COMMAND_WORDS)
-    pid = _whole(doc.get("pid"), "pid", PID_MAX + 1)
-    if pid == 0:
-        raise ValueError("pid is 0, not a process id")
-    return PublisherSnapshot(
-        pid=pid,
-        command=tuple(_text(c, f"command[{i}]", 4096) for i, c in enumerate(command)),
-        hostname=_text(doc.get("hostname", ""), "hostname", 255),
-        timestamp=timestamp,
-        interval_s=interval,
-        devices=tuple(_device(d, f"devices[{i}]") for i, d in enumerate(devices)),
-        largest_arrays=tuple(_array(a, f"largest_arrays[{i}]") for i, a in enumerate(arrays)),
-        error=_opt_text(doc.get("error"), "error", 1000),
-        process_create_time=_opt_number(doc.get("process_create_time"), "process_create_time"),
-        jax_version=_opt_text(doc.get("jax_version"), "jax_version", 64),
-        jaxlib_version=_opt_text(doc.get("jaxlib_version"), "jaxlib_version", 64),
-        backend_initialized=bool(doc.get("backend_initialized", True)),
-        snapshot_s=_opt_number(doc.get("snapshot_s"), "snapshot_s"),
-        path=path,
-        age_s=None if now is None else now - timestamp,
-    )
-
-
-def _device(d: Any, where: str) -> PublishedDevice:
-    if not isinstance(d, dict):
-        raise ValueError(f"{where} is {_show(d)}, not an object")
-    stats = d.get("memory_stats")
-    if stats is not None:
-        if not isinstance(stats, dict):
-            raise ValueError(f"{where}.memory_stats is {_show(stats)}, not an object or null")
-        if len(stats) > _MAX_STATS:
-            raise ValueError(f"{where}.memory_stats has {len(stats)} keys, more than {_MAX_STATS}")
-        stats = {printable(k, 64): _stat_value(v, f"{where}.memory_stats.{printable(k, 64)}") for k, v in stats.items()}
-    platform = d.get("platform", "")
-    if not isinstance(platform, str) or not _PLATFORM.match(platform):
-        raise ValueError(f"{where}.platform is {_show(platform)}, not a platform name")
-    return PublishedDevice(
-        id=_whole(d.get("id"), f"{where}.id", _ID_LIMIT),
-        platform=platform,
-        device_kind=_text(d.get("device_kind", ""), f"{where}.device_kind", 128),
-        process_index=_whole(d.get("process_index", 0) or 0, f"{where}.process_index", _ID_LIMIT),
-        live_bytes=_whole(d.get("live_bytes"), f"{where}.live_bytes", _SIZE_LIMIT),
-        live_arrays=_whole(d.get("live_arrays"), f"{where}.live_arrays", _SIZE_LIMIT),
-        memory_stats=stats,
-        memory_stats_error=_opt_text(d.get("memory_stats_error"), f"{where}.memory_stats_error", 1000),
-    )
-
-
-def _array(a: Any, where: str) -> PublishedArray:
-    if not isinstance(a, dict):
-        raise ValueError(f"{where} is {_show(a)}, not an object")
-    shape = _list(a.get("shape", []), f"{where}.shape", _MAX_RANK)
-    devices = _list(a.get("devices", []), f"{where}.devices", MAX_DEVICES)
-    nbytes = _whole(a.get("nbytes"), f"{where}.nbytes", _SIZE_LIMIT)
-    return PublishedArray(
-        shape=tuple(_whole(n, f"{where}.shape[{i}]", _SIZE_LIMIT) for i, n in enumerate(shape)),
-        dtype=_text(a.get("dtype", ""), f"{where}.dtype", 64),
-        nbytes=nbytes,
-        local_bytes=_whole(a.get("local_bytes", nbytes), f"{where}.local_bytes", _SIZE_LIMIT),
-        devices=tuple(_whole(x, f"{where}.devices[{i}]", _ID_LIMIT) for i, x in enumerate(devices)),
-    )
-
-
-def _stat_value(v: Any, where: str) -> int | None:
-    # -1 is how PJRT plugins say "not set"; the writer maps it to null, older writers may not.
-    if v is None or (type(v) is int and v == -1):
-        return None
-    return _whole(v, where, _SIZE_LIMIT)
-
-
-def _whole(v: Any, where: str, limit: int) -> int:
-    """An integer in [0, limit): a size, a count, an id."""
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{where} is {_show(v) if v is not None else 'missing'}, not an integer")
-    if not 0 <= v < limit:
-        raise ValueError(f"{where} is {_show(v)}, out of range (0 to {limit - 1})")
-    return v
-
-
-def _number(v: Any, where: str) -> float:
-    # json gives no NaN or infinity here (parse_constant refuses them); a caller handing a dict may.
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValueError(f"{where} is {_show(v) if v is not None else 'missing'}, not a number")
-    return float(v)
-
-
-def _opt_number(v: Any, where: str) -> float | None:
-    return None if v is None else _number(v, where)
-
-
-def _list(v: Any, where: str, limit: int) -> list:
-    if not isinstance(v, list):
-        raise ValueError(f"{where} is {_show(v)}, not a list")
-    if len(v) > limit:
-        raise ValueError(f"{where} has {len(v)} entries, more than {limit}")
-    return v
-
-
-def _text(v: Any, where: str, limit: int) -> str:
-    if not isinstance(v, str):
-        raise ValueError(f"{where} is {_show(v)}, not a string")
-    return printable(v, limit)
-
-
-def _opt_text(v: Any, where: str, limit: int) -> str | None:
-    return None if v is None else _text(v, where, limit)

@@ -281,7 +281,7 @@ def _lockfile(root: HostRoot, fd_holders: tuple[ProcessRef, ...], uninspectable:
             holders[pid] = process_ref(root, pid)
     pid_in_file = _pid_in_file(root)
     pid_in_file_alive = pid_alive(root, pid_in_file) if pid_in_file is not None else None
-    if pid_in_file_alive and pid_in_file not in holders:
+    if pid_in_file is not None and pid_in_file_alive and pid_in_file not in holders:
         holders[pid_in_file] = process_ref(root, pid_in_file)
     refs = tuple(holders[p] for p in sorted(holders))
 

@@ -24,7 +24,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from devctl.model.env import PackageChange, PackageVersion, StackFix, VersionFinding
+from devctl.model.env import EnvFinding, PackageChange, PackageVersion, StackFix
 from devctl.model.plugins import FrameworkPjrt
 
 _PLUGIN_RE = re.compile(r"^jax[-_](cuda\d+|rocm\d+|oneapi)[-_](plugin|pjrt)$")
@@ -43,11 +43,16 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def metadata_name(dist: metadata.Distribution) -> str | None:
+    """The distribution's Name field; None where a broken install has none (`metadata["Name"]` raises there on new Pythons)."""
+    return dist.metadata.get("Name")  # type: ignore[attr-defined]  # typeshed has PackageMetadata.get from 3.12; 3.10's email.message.Message has it
+
+
 def installed_packages() -> list[PackageVersion]:
     """The JAX stack as installed: jax, jaxlib, every jax plugin/pjrt package, libtpu, numpy, ml_dtypes."""
     found: dict[str, PackageVersion] = {}
     for dist in metadata.distributions():
-        name = _norm(dist.metadata.get("Name") or "")
+        name = _norm(metadata_name(dist) or "")
         if name in found or not name:
             continue
         role = _role(name)
@@ -202,7 +207,7 @@ def plan_stack_fix(
     chosen: list[str] = []
     explicit: dict[str, str] = {}
     targets: dict[str, str] = {"jaxlib": release_jaxlib}
-    families = sorted({_family_plugin(n) for n in installed if _family_plugin(n)} - {None})
+    families = sorted(filter(None, {_family_plugin(n) for n in installed}))
     for plugin in families:
         candidates = [e for e, p in accelerator_extras.items() if plugin in p]
         pjrt = plugin[: -len("plugin")] + "pjrt"
@@ -279,7 +284,7 @@ def _installed(name: str) -> bool:
 
 
 def _installed_names() -> set[str]:
-    return {_norm(d.metadata.get("Name") or "") for d in metadata.distributions()}
+    return {_norm(metadata_name(d) or "") for d in metadata.distributions()}
 
 
 def stack_fix(packages: Sequence[PackageVersion], requires: Sequence[str] | None = None, with_cuda: bool | None = None) -> StackFix | None:
@@ -307,7 +312,7 @@ def check_versions(
     fix: StackFix | None = None,
     plugin_check: bool | None = True,
     framework: FrameworkPjrt | None = None,  # jaxlib's PJRT C API version and rule, for the words only
-) -> list[VersionFinding]:
+) -> list[EnvFinding]:
     """Findings for every combination JAX rejects (jaxlib too old or newer than jax, a plugin not at jaxlib's
     version, a PJRT library jaxlib's rule refuses) or that skews; each skew's remedy is the one `fix`.
 
@@ -315,18 +320,18 @@ def check_versions(
     The pjrt and libtpu rows carry their library's PJRT C API verdict (pjrt_accepted, pjrt_check)."""
     by_name = {p.name: p for p in packages}
     jax, jaxlib = by_name.get("jax"), by_name.get("jaxlib")
-    findings: list[VersionFinding] = []
+    findings: list[EnvFinding] = []
     if not jax or not jax.version:
-        findings.append(VersionFinding("error", ["jax"], "jax is not installed", "pip install -U jax"))
+        findings.append(EnvFinding("error", ["jax"], "jax is not installed", "pip install -U jax"))
     if not jaxlib or not jaxlib.version:
-        findings.append(VersionFinding("error", ["jaxlib"], "jaxlib is not installed", "pip install -U jax jaxlib"))
+        findings.append(EnvFinding("error", ["jaxlib"], "jaxlib is not installed", "pip install -U jax jaxlib"))
     if not (jax and jax.version and jaxlib and jaxlib.version):
         return findings
     remedy = fix.command if fix else f"pip install -U 'jax=={jax.version}' 'jaxlib=={jax.version}'"
     jl = jaxlib.version
     if minimum_jaxlib and _parse(jl) < _parse(minimum_jaxlib):
         findings.append(
-            VersionFinding(
+            EnvFinding(
                 "error", ["jax", "jaxlib"],
                 f"jaxlib is version {jl}, but this version of jax requires version >= {minimum_jaxlib}.",
                 remedy,
@@ -334,7 +339,7 @@ def check_versions(
         )  # fmt: skip
     if _parse(jl) > _parse(jax.version):
         findings.append(
-            VersionFinding(
+            EnvFinding(
                 "error", ["jax", "jaxlib"],
                 f"jaxlib version {jl} is newer than and incompatible with jax version {jax.version}.",
                 remedy,
@@ -350,19 +355,19 @@ def check_versions(
                     f"JAX plugin {p.name.replace('-', '_')} version {p.version} is installed, but it is not compatible "
                     f"with the installed jaxlib version {jl}, so it will not be used."
                 )
-                findings.append(VersionFinding("error", [p.name, "jaxlib"], message, remedy))
+                findings.append(EnvFinding("error", [p.name, "jaxlib"], message, remedy))
             else:
                 message = (
                     f"{p.name} {p.version} is not jaxlib {jl}'s release, and this jaxlib does not check: JAX loads its "
                     f"kernels anyway, a pair never released together (such pairs have crashed: jax-ml/jax#24901)"
                 )
-                findings.append(VersionFinding("warning", [p.name, "jaxlib"], message, remedy))
+                findings.append(EnvFinding("warning", [p.name, "jaxlib"], message, remedy))
         elif p.role == "pjrt" and _parse(p.version) != _parse(jl):
             findings.append(_pjrt_finding(p, jaxlib, remedy, framework))
         elif p.role == "libtpu" and tpu_pin and not _satisfies(p.version, tpu_pin):
             refused = f"; {_refusal(p, jaxlib)}" if p.pjrt_accepted is False else ""
             findings.append(
-                VersionFinding(
+                EnvFinding(
                     "error" if refused else "warning", [p.name, "jax"],
                     f"{p.name} {p.version} is installed, but jax {jax.version} pins libtpu=={tpu_pin}{refused}.",
                     remedy,
@@ -376,15 +381,15 @@ def _refusal(p: PackageVersion, jaxlib: PackageVersion) -> str:
     return f"jaxlib {jaxlib.version}{own} refuses its library (PJRT C API {p.pjrt_api_version}): {p.pjrt_check}"
 
 
-def _pjrt_finding(p: PackageVersion, jaxlib: PackageVersion, remedy: str, framework: FrameworkPjrt | None) -> VersionFinding:
+def _pjrt_finding(p: PackageVersion, jaxlib: PackageVersion, remedy: str, framework: FrameworkPjrt | None) -> EnvFinding:
     if p.pjrt_accepted is False:
-        return VersionFinding("error", [p.name, "jaxlib"], f"{p.name} {p.version}: {_refusal(p, jaxlib)}", remedy)
+        return EnvFinding("error", [p.name, "jaxlib"], f"{p.name} {p.version}: {_refusal(p, jaxlib)}", remedy)
     if p.pjrt_accepted:
         mode = framework.mode if framework is not None else "its rule"
         why = f"JAX accepts its library (PJRT C API {p.pjrt_api_version}; jaxlib's own is {jaxlib.pjrt_api_version}, {mode})"
     else:
         why = f"whether jaxlib accepts its library is unknown ({p.pjrt_check or 'its PJRT C API version was not read'})"
-    return VersionFinding(
+    return EnvFinding(
         "warning", [p.name, "jaxlib"],
         f"{p.name} {p.version} is not jaxlib {jaxlib.version}'s release: {why}; JAX releases and tests them only together",
         remedy,

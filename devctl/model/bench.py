@@ -6,12 +6,26 @@ probe child both build and read these records.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Literal, TypedDict, get_args
+
+from devctl.model import from_dict, json_schema
+from devctl.model.devices import DeviceRef
 
 SCHEMA = "devctl.bench.transfer/1"
 
-DIRECTIONS = ("h2d", "d2h", "d2d", "d2d-self")
-LAYOUTS = ("single", "sharded", "replicated")
+# The words a cell is named by. Fields hold them as str (the CLI, the probe child and the renderers pass them
+# around as text); the JSON Schema still allows only these (json_schema(enum=...)).
+Direction = Literal["h2d", "d2h", "d2d", "d2d-self"]
+Layout = Literal["single", "sharded", "replicated"]
+Variant = Literal["pageable", "aligned", "pinned", "numpy", "copy", "async", "put", "donate"]
+RoofKind = Literal["pcie", "host_memcpy"]
+DIRECTIONS: tuple[str, ...] = get_args(Direction)
+LAYOUTS: tuple[str, ...] = get_args(Layout)
+_VARIANT_NAMES: tuple[str, ...] = get_args(Variant)
+_ROOFS: tuple[str | None, ...] = (*get_args(RoofKind), None)
+# What names a cell across runs (Cell.key): direction, variant, layout, size_bytes, src, dst.
+CellKey = tuple[str, str, str, int, str, str]
 
 # Per direction, the variants JAX offers; the first is what a plain JAX call does.
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -62,9 +76,9 @@ class TransferOptions:
     variants: tuple[str, ...] | None = None  # None: each direction's main variant only
     layouts: tuple[str, ...] = ("single",)
     sizes_bytes: tuple[int, ...] | None = None  # None: the default sweep, decided where devices are known
-    devices: tuple[int, ...] | None = None  # None: the first local device; () : every local device
-    src: int | None = None
-    dst: int | None = None
+    devices: tuple[DeviceRef, ...] | None = None  # None: the first local device; () : every local device
+    src: DeviceRef | None = None
+    dst: DeviceRef | None = None
     all_pairs: bool = False  # d2d: every ordered pair at every size
     repeats: int = DEFAULT_REPEATS
     min_time_s: float = DEFAULT_MIN_TIME_S
@@ -79,50 +93,59 @@ class TransferOptions:
         # A direction that offers none of the named variants still gets its plain call measured.
         return tuple(v for v in VARIANTS[direction] if v in self.variants) or (main_variant(direction),)
 
-    def to_request(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+    def to_request(self) -> dict[str, Any]:
+        from devctl.model import to_jsonable
+
+        request: dict[str, Any] = to_jsonable(self)  # a DeviceRef travels as {"id": 1, "platform": "cpu"}
+        return request
 
     @classmethod
-    def from_request(cls, data: dict) -> TransferOptions:
-        known = {f.name for f in fields(cls)}
-        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in known}
-        return cls(**values)
+    def from_request(cls, data: dict[str, Any]) -> TransferOptions:
+        return from_dict(cls, data)
 
 
 @dataclass(frozen=True)
 class Cell:
     """One measured (or skipped) transfer: a direction, variant, layout, size and path."""
 
-    direction: str
-    variant: str
-    layout: str
-    size_bytes: int
-    src: str
+    # Two facts the types cannot say: a zero-copy or skipped cell has no bandwidth, and a skipped one no samples.
+    JSON_SCHEMA: ClassVar[dict[str, Any]] = {
+        "allOf": [
+            {"if": {"properties": {"zero_copy": {"const": True}}}, "then": {"properties": {"gbps": {"const": None}}}},
+            {"if": {"properties": {"skipped": {"const": True}}}, "then": {"properties": {"gbps": {"const": None}, "samples": {"const": 0}}}},
+        ]
+    }
+
+    direction: str = field(metadata=json_schema(enum=DIRECTIONS))
+    variant: str = field(metadata=json_schema(enum=_VARIANT_NAMES))
+    layout: str = field(metadata=json_schema(enum=LAYOUTS))
+    size_bytes: int = field(metadata=json_schema(minimum=1))
+    src: str  # "host", a device ("cuda:1"), or every device of a mesh layout ("cuda:all")
     dst: str
-    devices_involved: int = 1
-    bytes_moved: int | None = None  # bytes that really crossed, e.g. N x size for a replicated put
-    samples: int = 0
-    min_s: float | None = None
-    p10_s: float | None = None
-    median_s: float | None = None
-    p90_s: float | None = None
-    max_s: float | None = None
-    mean_s: float | None = None
-    cv: float | None = None
-    gbps: float | None = None  # decimal GB/s from the median; None when zero-copy or skipped
-    peak_gbps: float | None = None  # from the fastest sample, for comparison with event-timed tools
-    per_device_gbps: float | None = None
-    zero_copy: bool = False
+    devices_involved: int = field(default=1, metadata=json_schema(minimum=1))
+    bytes_moved: int | None = field(default=None, metadata=json_schema(minimum=0))  # bytes that really crossed, e.g. N x size for a replicated put
+    samples: int = field(default=0, metadata=json_schema(minimum=0))
+    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    p10_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    median_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    p90_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    max_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    mean_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    cv: float | None = field(default=None, metadata=json_schema(minimum=0))  # coefficient of variation of the samples
+    gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # decimal GB/s from the median; None when zero-copy or skipped
+    peak_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # from the fastest sample, for comparison with event-timed tools
+    per_device_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))
+    zero_copy: bool = False  # JAX aliased the buffer: no bytes moved, so no bandwidth
     verified: bool | None = None  # None: not checked (--no-verify or skipped)
-    roof: str | None = None  # "pcie" or "host_memcpy"
-    roof_gbps: float | None = None
-    pct_of_roof: float | None = None
-    roof_reason: str | None = None
+    roof: str | None = field(default=None, metadata=json_schema(enum=_ROOFS))  # the physical limit it is compared with
+    roof_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))
+    pct_of_roof: float | None = field(default=None, metadata=json_schema(minimum=0))
+    roof_reason: str | None = None  # why there is no roof to compare with
     skipped: bool = False
     note: str | None = None
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> CellKey:
         return (self.direction, self.variant, self.layout, self.size_bytes, self.src, self.dst)
 
 
@@ -130,98 +153,134 @@ class Cell:
 class MemcpyRoof:
     """numpy.copyto into a warm, preallocated buffer of the same size: the host's own copy speed."""
 
-    size_bytes: int
-    samples: int
-    median_s: float | None
-    gbps: float | None
-    note: str | None = None
+    size_bytes: int = field(metadata=json_schema(minimum=1))
+    samples: int = field(metadata=json_schema(minimum=0))
+    median_s: float | None = field(metadata=json_schema(minimum=0))
+    gbps: float | None = field(metadata=json_schema(minimum=0))
+    note: str | None = None  # why nothing was measured at this size
 
 
 @dataclass(frozen=True)
 class PcieLink:
     """An NVIDIA GPU's PCIe link from NVML: the peak from the maximum generation and width, and what was seen."""
 
-    device: str
+    device: str  # "cuda:0"
     pci_bus_id: str | None = None
-    max_gen: int | None = None
-    max_width: int | None = None
-    gpu_max_gen: int | None = None
-    peak_gbps: float | None = None
-    seen_gen: int | None = None  # highest generation read right after this device's transfers
-    seen_width: int | None = None
-    below_max: bool | None = None
-    reason: str | None = None
+    max_gen: int | None = field(default=None, metadata=json_schema(minimum=1))  # of the device and its slot together
+    max_width: int | None = field(default=None, metadata=json_schema(minimum=1))
+    gpu_max_gen: int | None = field(default=None, metadata=json_schema(minimum=1))  # what the GPU alone supports
+    peak_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # decimal GB/s of max_gen x max_width, after encoding
+    seen_gen: int | None = field(default=None, metadata=json_schema(minimum=0))  # highest generation read right after this device's transfers
+    seen_width: int | None = field(default=None, metadata=json_schema(minimum=0))
+    below_max: bool | None = None  # the link trained below its maximum while transfers ran
+    reason: str | None = None  # why the link could not be read
 
 
 @dataclass(frozen=True)
 class Roofs:
-    host_memcpy: tuple[MemcpyRoof, ...] = ()
-    pcie: tuple[PcieLink, ...] = ()
-    pcie_reason: str | None = None
+    """The physical limits the measurements are compared with."""
+
+    host_memcpy: tuple[MemcpyRoof, ...] = ()  # one per size measured
+    pcie: tuple[PcieLink, ...] = ()  # one per NVIDIA GPU measured
+    pcie_reason: str | None = None  # why there is no PCIe roof (no GPU, no NVML)
 
 
 @dataclass(frozen=True)
-class DeviceInfo:
-    id: int
+class BenchDevice:
+    """A device the benchmark measured, as the probe child saw it."""
+
+    id: int = field(metadata=json_schema(minimum=0))
     name: str  # "cpu:0", "cuda:1"
     platform: str
     device_kind: str
     memory_kinds: tuple[str, ...] = ()
-    bytes_limit: int | None = None
+    bytes_limit: int | None = field(default=None, metadata=json_schema(minimum=0))  # memory_stats()'s, where the backend has one
+
+
+class _BenchEnvironmentRequired(TypedDict):
+    python: str
+    jax: str
+    jaxlib: str | None
+    numpy: str
+    backend: str | None  # the JAX client's platform
+    platform_version: str | None
+    hostname: str
+    cpu_count: int | None
+    cpu_affinity: list[int] | None  # CPUs the probe may run on
+    xla_flags: str | None  # XLA_FLAGS as set
+    jax_platforms: str | None  # JAX_PLATFORMS as set
+    sizes_bytes: list[Annotated[int, json_schema(minimum=1)]]  # the sizes measured
+    sweep_note: str | None  # sizes left out of the default sweep, and why
+    pairs_note: str | None  # device pairs left out, and why
+    repeats: Annotated[int, json_schema(minimum=1)]
+    min_time_s: Annotated[float, json_schema(minimum=0)]
+    warmups: Annotated[int, json_schema(minimum=0)]
+    verify: bool
+    quick: bool
+    dtype: str  # of the arrays moved
+    devctl: str  # devctl's version
+    child_elapsed_s: Annotated[float | None, json_schema(minimum=0)]  # the probe child's own wall time
+
+
+class BenchEnvironment(_BenchEnvironmentRequired, total=False):
+    """What the run was: versions, machine, settings (the probe child's plan, with devctl's additions)."""
+
+    elapsed_s: Annotated[float, json_schema(minimum=0)]  # wall time of the whole run, as the CLI saw it
 
 
 @dataclass(frozen=True)
 class Fastest:
     """The quickest measured variant of one direction and layout at its largest measured size."""
 
-    direction: str
-    layout: str
-    size_bytes: int
-    variant: str | None
-    gbps: float | None
-    roof: str | None = None
-    roof_gbps: float | None = None
-    pct_of_roof: float | None = None
-    zero_copy_variants: tuple[str, ...] = ()
+    direction: str = field(metadata=json_schema(enum=DIRECTIONS))
+    layout: str = field(metadata=json_schema(enum=LAYOUTS))
+    size_bytes: int = field(metadata=json_schema(minimum=1))
+    variant: str | None = field(metadata=json_schema(enum=(*_VARIANT_NAMES, None)))  # None: no variant measured a bandwidth at this size
+    gbps: float | None = field(metadata=json_schema(minimum=0))
+    roof: str | None = field(default=None, metadata=json_schema(enum=_ROOFS))
+    roof_gbps: float | None = field(default=None, metadata=json_schema(minimum=0))
+    pct_of_roof: float | None = field(default=None, metadata=json_schema(minimum=0))
+    zero_copy_variants: tuple[str, ...] = field(default=(), metadata=json_schema(items={"enum": _VARIANT_NAMES}))  # variants where JAX aliased instead of copying
     note: str | None = None
 
 
 @dataclass(frozen=True)
 class Regression:
-    direction: str
-    variant: str
-    layout: str
-    size_bytes: int
+    """A cell whose bandwidth fell more than allowed below the baseline's."""
+
+    direction: str = field(metadata=json_schema(enum=DIRECTIONS))
+    variant: str = field(metadata=json_schema(enum=_VARIANT_NAMES))
+    layout: str = field(metadata=json_schema(enum=LAYOUTS))
+    size_bytes: int = field(metadata=json_schema(minimum=1))
     src: str
     dst: str
     baseline_gbps: float
-    gbps: float | None
-    change_pct: float | None
+    gbps: float | None  # None: nothing measured now
+    change_pct: float | None  # negative: slower than the baseline
 
 
 @dataclass(frozen=True)
 class Gate:
-    baseline: str
-    max_regression_pct: float
-    compared: int  # cells present in both runs with a bandwidth in the baseline
+    """This run judged against an earlier one (--baseline)."""
+
+    baseline: str  # the file, as the user named it
+    max_regression_pct: float = field(metadata=json_schema(minimum=0, exclusiveMaximum=100))
+    compared: int = field(metadata=json_schema(minimum=0))  # cells present in both runs with a bandwidth in the baseline
     passed: bool
     regressions: tuple[Regression, ...] = ()
 
 
 @dataclass(frozen=True)
 class TransferReport:
+    """`devctl bench transfer`: every cell measured, the roofs, the fastest path per direction."""
+
     results: tuple[Cell, ...]
     roofs: Roofs
     fastest: tuple[Fastest, ...]
-    devices: tuple[DeviceInfo, ...]
-    environment: dict = field(default_factory=dict)
-    gate: Gate | None = None
-    schema: str = SCHEMA
-
-
-def cell_from_dict(data: dict) -> Cell:
-    known = {f.name for f in fields(Cell)}
-    return Cell(**{k: v for k, v in data.items() if k in known})
+    devices: tuple[BenchDevice, ...]
+    environment: BenchEnvironment
+    gate: Gate | None = None  # None without --baseline
+    schema: str = field(default=SCHEMA, metadata=json_schema(const=SCHEMA))
 
 
 def fastest_paths(cells: tuple[Cell, ...] | list[Cell]) -> tuple[Fastest, ...]:
@@ -241,7 +300,7 @@ def fastest_paths(cells: tuple[Cell, ...] | list[Cell]) -> tuple[Fastest, ...]:
             note = "every variant was zero-copy here: no bytes move" if zero else "nothing measured at this size"
             out.append(Fastest(direction, layout, top, None, None, zero_copy_variants=zero, note=note))
             continue
-        best = max(measured, key=lambda c: c.gbps)
+        best = max(measured, key=lambda c: c.gbps or 0.0)  # every measured cell has one
         out.append(
             Fastest(
                 direction, layout, top, best.variant, best.gbps, best.roof, best.roof_gbps, best.pct_of_roof, zero
@@ -255,7 +314,7 @@ class Baseline:
     """An earlier run's bandwidth per cell, read and validated once by the CLI."""
 
     name: str  # the file, as the user named it
-    gbps: dict[tuple, float]  # Cell.key -> GB/s (finite, > 0); cells without a bandwidth are not in it
+    gbps: dict[CellKey, float]  # Cell.key -> GB/s (finite, > 0); cells without a bandwidth are not in it
 
 
 def compare_with_baseline(cells: tuple[Cell, ...] | list[Cell], baseline: Baseline, max_regression_pct: float) -> Gate:
@@ -302,7 +361,7 @@ def host_bytes_needed(opts: TransferOptions, size: int, *, devices_in_host_memor
     return (HOST_BUFFERS + aligned + per_cell) * size
 
 
-def _cell_host_copies(direction: str, variants, layout: str, verify: bool, in_host: bool, n: int) -> int:
+def _cell_host_copies(direction: str, variants: tuple[str, ...], layout: str, verify: bool, in_host: bool, n: int) -> int:
     """Copies of the size in host memory while one cell runs (its verification included)."""
     check = 1 if verify else 0  # the verification's comparison allocates one boolean per byte
     pinned = 1 if "pinned" in variants else 0

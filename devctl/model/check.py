@@ -7,9 +7,20 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
+
+from devctl.model import json_schema
+from devctl.model.bench import Cell
 
 CHECK_SCHEMA = "devctl.check/1"
+
+# In the order they run and print: software first, then what JAX sees, then what it can do, then the machine.
+CheckName = Literal["versions", "plugins", "backends", "devices", "compute", "transfer", "memory", "bandwidth", "nvml-health", "host", "tpu", "env"]
+CHECK_NAMES: tuple[CheckName, ...] = get_args(CheckName)
+# A check's name in a report: with --distributed, followed by the process it ran on ("env [host1 process 3]").
+CHECK_NAME_PATTERN = "^(" + "|".join(CHECK_NAMES) + r")( \[.+ process [0-9]+\])?$"
+# A finding code, printed beside a problem by check, doctor and list: DEVCTL_FR_ and the id in upper case (README: finding codes).
+FINDING_CODE_PATTERN = "^DEVCTL_FR_[A-Z0-9_]+$"
 
 
 class CheckStatus(str, enum.Enum):
@@ -24,11 +35,11 @@ class Expectations:
     """What the job needs from this runner; None means "no expectation"."""
 
     platforms: tuple[str, ...] | None = None  # every one must initialize ("gpu" is cuda or rocm)
-    min_devices: int | None = None
+    min_devices: int | None = field(default=None, metadata=json_schema(minimum=1))
     device_kind: str | None = None  # case-insensitive substring of every device's kind, e.g. "H100"
-    min_memory_bytes: int | None = None  # bytes_limit per device
-    min_h2d_gbps: float | None = None  # decimal GB/s, host to each device
-    timeout_s: float = 30.0  # bound on each backend's initialization and on the health probe's silence
+    min_memory_bytes: int | None = field(default=None, metadata=json_schema(minimum=1))  # bytes_limit per device
+    min_h2d_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # decimal GB/s, host to each device
+    timeout_s: float = field(default=30.0, metadata=json_schema(exclusiveMinimum=0))  # bound on each backend's initialization and on the health probe's silence
     sources: dict[str, str] = field(default_factory=dict)  # expectation -> "flag" or the config file it came from
 
     def wants_platform(self, *names: str) -> bool:
@@ -41,26 +52,32 @@ class Expectations:
 
 @dataclass(frozen=True)
 class CheckResult:
-    name: str
+    """One named check's verdict."""
+
+    name: str = field(metadata=json_schema(pattern=CHECK_NAME_PATTERN))  # a CheckName; with --distributed followed by the process: "env [host1 process 3]"
     status: CheckStatus
-    message: str  # one line: what was found, with the values
+    message: str = field(metadata=json_schema(minLength=1))  # one line: what was found, with the values
     remediation: str | None = None  # what to run or set; None when nothing needs doing
-    duration_s: float = 0.0  # wall time from the check's start to its verdict, waits for shared probes included
-    details: dict[str, Any] = field(default_factory=dict)  # figures behind the verdict, per device or GPU
+    duration_s: float = field(default=0.0, metadata=json_schema(minimum=0))  # wall time from the check's start to its verdict, waits for shared probes included
+    # Open on purpose: each check puts the figures behind its own verdict here (per device, per GPU, per
+    # variable), a different shape per check, for people and scripts to read; no program relies on one shape.
+    details: dict[str, Any] = field(default_factory=dict)  # figures behind the verdict, per device or GPU; shape varies per check
 
 
 @dataclass(frozen=True)
 class CheckReport:
-    schema: str
+    """Named health checks. Exit status: 0 when status is pass or warn, 1 when fail, 2 for bad flags or config (no document)."""
+
+    schema: str = field(metadata=json_schema(const=CHECK_SCHEMA))
     devctl_version: str
     timestamp: float
     hostname: str
-    status: str  # "pass", "warn" (warnings only, not --strict) or "fail"
-    strict: bool
+    status: Literal["pass", "warn", "fail"]  # fail if any check failed (or warned, with strict); warn if any warned
+    strict: bool  # warnings were counted as failures
     expectations: Expectations
     checks: list[CheckResult]
-    phases_s: dict[str, float]  # shared work the checks waited on: inventory, environment, health probe
-    elapsed_s: float
+    phases_s: dict[str, float]  # shared work the checks waited on (inventory, environment, health, nvml), in seconds
+    elapsed_s: float = field(metadata=json_schema(minimum=0))
 
     @property
     def exit_code(self) -> int:
@@ -88,44 +105,8 @@ class HealthProbeResult:
     platforms: tuple[str, ...]
     devices: tuple[str, ...]  # every device the child tested
     trials: list[DeviceTrial]
-    h2d_cells: list[dict]  # `devctl bench transfer` cells (model.bench.Cell as dicts) of the short h2d run
+    h2d_cells: list[Cell]  # the short h2d run's `devctl bench transfer` cells
     bandwidth_error: str | None  # the bench could not run, and why
     failure: str | None  # the child did not finish: why, and during what
     elapsed_s: float
     unfinished: str | None = None  # the step it died or hung in: "import", "backend", "matmul", "sum", "h2d-d2h", "d2d", "bandwidth"
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    pid: int
-    used_memory_bytes: int | None  # None: NVML does not say (MIG, or no permission)
-
-
-@dataclass(frozen=True)
-class GpuHealth:
-    """NVML's health counters for one GPU; None with a reason in `unavailable` where the GPU does not say."""
-
-    index: int
-    name: str | None
-    pci_bus_id: str | None
-    ecc_uncorrected_volatile: int | None  # since the driver loaded
-    ecc_uncorrected_aggregate: int | None  # lifetime
-    retired_pages_double_bit: int | None  # pre-Ampere page retirement
-    retired_pages_pending: bool | None  # a retirement waits for a reset
-    remapped_rows_uncorrectable: int | None  # Ampere and newer
-    remap_pending: bool | None  # a remap waits for a reset
-    remap_failed: bool | None  # a remap failed: the GPU should be drained
-    throttle_reasons: tuple[str, ...]  # active thermal or power slowdowns, by NVML's names
-    temperature_c: int | None
-    slowdown_threshold_c: int | None
-    memory_total_bytes: int | None
-    memory_used_bytes: int | None
-    processes: tuple[GpuProcess, ...]
-    unavailable: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class NvmlHealth:
-    status: str  # "ok" | "unavailable" (no driver or library: normal on CPU runners) | "error"
-    reason: str | None
-    gpus: tuple[GpuHealth, ...]

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Generic, TypeVar
+
+from devctl.model import json_schema
+from devctl.model.list_ import DeviceInfo, Inventory
+from devctl.model.memstats import MemDevice, MemSnapshot
 
 LIST_SCHEMA = "devctl.list.distributed/1"
 MEMSTATS_SCHEMA = "devctl.memstats.distributed/1"
+
+# The single-host command a cluster report gathers, and its device record: devctl list's or devctl memstats'.
+ReportT = TypeVar("ReportT", Inventory, MemSnapshot)
+DeviceT = TypeVar("DeviceT", DeviceInfo, MemDevice)
+
+CLUSTER_FINDING_CODES = ("version-mismatch", "device-kind-mismatch", "device-count-mismatch", "driver-mismatch", "not-multi-process")
+# A ProcessSummary field's value, as a ClusterFinding quotes it: a version, a count, device kinds, plugin versions.
+FieldValue = str | int | list[str] | dict[str, str] | None
 
 
 @dataclass(frozen=True)
@@ -35,9 +48,9 @@ class Joined:
 class ProcessSummary:
     """One row of the hosts table: what a process has, and the versions it runs."""
 
-    process_index: int
+    process_index: int = field(metadata=json_schema(minimum=0))
     hostname: str
-    device_count: int  # this process's own devices on the default backend (what jax.local_devices() returns)
+    device_count: int = field(metadata=json_schema(minimum=0))  # this process's own devices on the default backend (what jax.local_devices() returns)
     device_kinds: list[str]  # distinct, sorted
     default_platform: str | None
     # Installed versions (package metadata, what pip installed); None: not installed.
@@ -48,15 +61,15 @@ class ProcessSummary:
     driver_version: str | None  # NVIDIA driver (NVML); None without NVML
     # Devices the default backend on this process sees across the whole cluster; equal to
     # device_count when the backend has no multi-process support here.
-    global_device_count: int | None
+    global_device_count: int | None = field(metadata=json_schema(minimum=0))
     notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
-class ClusterDevice:
+class ClusterDevice(Generic[DeviceT]):
     """One device of one process, with the process that owns it."""
 
-    process_index: int  # the distributed process that reported it
+    process_index: int = field(metadata=json_schema(minimum=0))  # the distributed process that reported it
     hostname: str
     key: str  # "cpu:2048", "cuda:3", "tpu-chip:0", as in the single-host commands
     platform: str
@@ -66,21 +79,22 @@ class ClusterDevice:
     bytes_limit: int | None
     peak_bytes_in_use: int | None
     headroom_bytes: int | None  # bytes_limit - peak_bytes_in_use
-    detail: dict[str, Any]  # the device record of the single-host command (devctl list or devctl memstats)
+    detail: DeviceT  # the device record of the single-host command (devctl list or devctl memstats)
 
 
 @dataclass(frozen=True)
 class ClusterFinding:
     """Processes that differ from the rest of the cluster, named."""
 
-    code: str  # "version-mismatch", "device-kind-mismatch", "device-count-mismatch", "driver-mismatch", "not-multi-process"
-    severity: str  # "error" | "warning"
+    # (`dataclasses.field` in full here: this class has a field named `field`.)
+    code: str = dataclasses.field(metadata=json_schema(enum=CLUSTER_FINDING_CODES))
+    severity: str = dataclasses.field(metadata=json_schema(enum=("error", "warning")))
     field: str | None  # the ProcessSummary field compared
     message: str  # one line, naming hosts and process indices
-    processes: list[int]  # the odd ones out
+    processes: list[int] = dataclasses.field(metadata=json_schema(items={"minimum": 0}))  # the odd ones out
     hostnames: list[str]  # parallel to processes
-    values: list[Any]  # their values, parallel to processes
-    majority_value: Any = None  # what most processes have; None when there is no majority
+    values: list[FieldValue]  # their values, parallel to processes
+    majority_value: FieldValue = None  # what most processes have; None when there is no majority
     hint: str | None = None
 
 
@@ -97,17 +111,29 @@ class ClusterHeadroom:
 
 
 @dataclass(frozen=True)
-class ClusterReport:
-    schema: str  # LIST_SCHEMA or MEMSTATS_SCHEMA
+class ClusterReport(Generic[ReportT, DeviceT]):
+    """Every process of a JAX cluster, assembled on process 0."""
+
+    schema: str = field(metadata=json_schema(enum=[LIST_SCHEMA, MEMSTATS_SCHEMA]))
     devctl_version: str
     timestamp: float
     coordinator: str | None
-    num_processes: int
+    num_processes: int = field(metadata=json_schema(minimum=1))
     processes: list[ProcessSummary]
-    devices: list[ClusterDevice]
+    devices: list[ClusterDevice[DeviceT]]
     findings: list[ClusterFinding]
     headroom: ClusterHeadroom
-    reports: list[dict[str, Any]]  # every process's own single-host document (devctl.list/1 or devctl.memstats/1)
-    elapsed_s: float  # on process 0, from the start to the assembled cluster
-    join_s: float | None  # on process 0, waiting for every process to join (the last one to start sets it)
-    gather_s: float | None  # on process 0, from sharing its report to having every report
+    reports: list[ReportT]  # every process's own single-host document (devctl.list/1 or devctl.memstats/1)
+    elapsed_s: float = field(metadata=json_schema(minimum=0))  # on process 0, from the start to the assembled cluster
+    join_s: float | None = field(metadata=json_schema(minimum=0))  # on process 0, waiting for every process to join (the last one to start sets it)
+    gather_s: float | None = field(metadata=json_schema(minimum=0))  # on process 0, from sharing its report to having every report
+
+
+# The two documents: `devctl list --distributed` and `devctl memstats --distributed`.
+ListClusterReport = ClusterReport[Inventory, DeviceInfo]
+MemstatsClusterReport = ClusterReport[MemSnapshot, MemDevice]
+# A cluster report's parts per schema id: what process 0 rebuilds every process's report and device records as.
+CLUSTER_PARTS: dict[str, tuple[type[Inventory | MemSnapshot], type[DeviceInfo | MemDevice]]] = {
+    LIST_SCHEMA: (Inventory, DeviceInfo),
+    MEMSTATS_SCHEMA: (MemSnapshot, MemDevice),
+}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
-from devctl.model.check import CheckResult
+from devctl.model import json_schema
+from devctl.model.check import CHECK_NAMES, FINDING_CODE_PATTERN, CheckResult
 
 DOCTOR_SCHEMA = "devctl.doctor/1"
 
@@ -22,17 +24,19 @@ class KnownFailure:
 
 
 @dataclass(frozen=True)
-class DiagnosisFinding:
-    id: str  # KnownFailure.id
-    catalogue_number: int | None
+class DoctorFinding:
+    """A known failure `devctl doctor` found here, with the evidence."""
+
+    id: str = field(metadata=json_schema(pattern="^[a-z0-9-]+$"))  # KnownFailure.id: stable catalogue id, e.g. "tpu-held"
+    catalogue_number: int | None = field(metadata=json_schema(minimum=1))  # its number in failure-modes.md; None for devctl's own entries
     title: str
-    severity: str  # "error": JAX fails or leaves hardware unused; "warning": it runs, badly or at risk
-    evidence: list[str]  # exact messages or facts, one per line
+    severity: Literal["error", "warning"]  # "error": JAX fails or leaves hardware unused; "warning": it runs, badly or at risk
+    evidence: list[str] = field(metadata=json_schema(minItems=1))  # exact messages or facts, one per line
     cause: str
     fix: str  # the command or setting
     references: list[str] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)  # checks whose verdict this explains
-    code: str | None = None  # stable finding code, DEVCTL_FR_<ID> (README: finding codes)
+    code: str = field(kw_only=True, metadata=json_schema(pattern=FINDING_CODE_PATTERN))  # stable finding code, DEVCTL_FR_<ID> (README: finding codes)
 
 
 @dataclass(frozen=True)
@@ -42,21 +46,28 @@ class Overview:
     sees: list[str]
     jax_will_use: list[str]
     default_platform: str | None
-    device_count: int
+    device_count: int = field(metadata=json_schema(minimum=0))
     device_kinds: list[str]
 
 
 @dataclass(frozen=True)
 class DoctorReport:
-    schema: str
+    """What devctl sees, what JAX will use, and every known failure found. Exit status 0 when findings is empty, 1 otherwise."""
+
+    # doctor runs on one host: its checks' names are bare CheckNames, never followed by a process.
+    JSON_SCHEMA: ClassVar[dict[str, Any]] = {
+        "allOf": [{"properties": {"checks": {"items": {"properties": {"name": {"enum": list(CHECK_NAMES)}}}}}}]
+    }
+
+    schema: str = field(metadata=json_schema(const=DOCTOR_SCHEMA))
     devctl_version: str
     timestamp: float
     hostname: str
-    status: str  # "ok" or "problems"
+    status: Literal["ok", "problems"]
     overview: Overview
-    findings: list[DiagnosisFinding]
+    findings: list[DoctorFinding]
     checks: list[CheckResult]
-    elapsed_s: float
+    elapsed_s: float = field(metadata=json_schema(minimum=0))
 
     @property
     def exit_code(self) -> int:

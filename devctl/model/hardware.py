@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One problem discovery can name without running JAX."""
+class DriverFinding:
+    """The CUDA driver check's finding (devctl.checks.cuda_driver): the NVIDIA driver against the CUDA runtime wheel,
+    named from discovery's facts alone, without running JAX."""
 
     code: str  # stable identifier, e.g. "cuda-driver-too-old"
     severity: str  # "error" | "warning" | "info"
@@ -42,7 +43,7 @@ class HostInfo:
     kernel: str | None
     python_version: str
     python_executable: str
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)  # a field left None -> why it is unknown
 
 
 # --- processes ------------------------------------------------------------
@@ -84,7 +85,7 @@ class TpuChip:
     accessible: bool | None  # can this user open the device path read/write; None when it is absent
     holders: tuple[ProcessRef, ...]
     notes: tuple[str, ...] = ()
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)  # a field left None -> why it is unknown
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class TpuReport:
     lockfile: TpuLockfile
     env: dict[str, str]  # TPU-related environment variables that are set
     uninspectable_processes: int
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)  # a field left None -> why it is unknown
 
     @property
     def chip_count(self) -> int:
@@ -129,7 +130,7 @@ class AmdGpu:
     pci_address: str | None
     drm_render_minor: int | None
     render_node: str | None  # /dev/dri/renderD<minor>
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)  # a field left None -> why it is unknown
 
 
 @dataclass(frozen=True)
@@ -172,17 +173,17 @@ class NvidiaGpu:
     power_draw_w: float | None
     power_limit_w: float | None
     temperature_c: int | None
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)  # a field left None -> why it is unknown
 
 
 @dataclass(frozen=True)
 class GpuProcess:
-    """A process NVML says is using a GPU."""
+    """A process NVML says is using a GPU (memstats lists them; the nvml-health check counts the compute ones)."""
 
     gpu_index: int
     gpu_uuid: str | None
     pid: int  # as NVML gives it: the host's pid namespace
-    used_memory_bytes: int | None  # None: the driver cannot attribute memory to it
+    used_memory_bytes: int | None  # None: the driver cannot attribute memory to it (MIG, no permission, some containers)
     kind: str  # "compute" | "graphics"
     user: str | None
     command: str | None
@@ -197,7 +198,7 @@ class NvmlReport:
     cuda_driver_version: int | None  # e.g. 12040
     cuda_driver_version_str: str | None  # e.g. "12.4"
     gpus: tuple[NvidiaGpu, ...]
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)  # a field left None -> why it is unknown
     processes: tuple[GpuProcess, ...] = ()  # filled only when asked for (memstats)
 
 
@@ -211,3 +212,64 @@ class CudaWheel:
     minimum_source: str | None  # where the minimum comes from
     verdict: str  # "ok" | "too old" | "unknown" | "not checked"
     location: str | None = None  # the site directory it is installed in
+
+
+@dataclass(frozen=True)
+class GpuPcieLink:
+    """One GPU's PCIe link as NVML reports it, for `devctl bench transfer`'s roof and its samples after transfers.
+
+    The pcie_link_* fields mean what NvidiaGpu's do."""
+
+    gpu: str | int  # what was asked for: a PCI bus id, or an NVML index
+    pci_bus_id: str | None  # normalized "dddd:bb:dd.f", lower case
+    pcie_link_gen_current: int | None
+    pcie_link_gen_max: int | None
+    pcie_link_gen_gpu_max: int | None
+    pcie_link_width_current: int | None
+    pcie_link_width_max: int | None
+    unavailable: dict[str, str] = field(default_factory=dict)  # "handle" when the GPU itself was not found
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """NVML's health counters for one GPU; None with a reason in `unavailable` where the GPU does not say."""
+
+    index: int
+    name: str | None
+    pci_bus_id: str | None
+    ecc_uncorrected_volatile: int | None  # since the driver loaded
+    ecc_uncorrected_aggregate: int | None  # lifetime
+    retired_pages_double_bit: int | None  # pre-Ampere page retirement
+    retired_pages_pending: bool | None  # a retirement waits for a reset
+    remapped_rows_uncorrectable: int | None  # Ampere and newer
+    remap_pending: bool | None  # a remap waits for a reset
+    remap_failed: bool | None  # a remap failed: the GPU should be drained
+    throttle_reasons: tuple[str, ...]  # active thermal or power slowdowns, by NVML's names
+    temperature_c: int | None
+    slowdown_threshold_c: int | None
+    memory_total_bytes: int | None
+    memory_used_bytes: int | None
+    processes: tuple[GpuProcess, ...]  # compute processes only
+    unavailable: dict[str, str] = field(default_factory=dict)  # a field left None -> why it is unknown
+
+
+@dataclass(frozen=True)
+class NvmlHealth:
+    status: str  # "ok" | "unavailable" (no driver or library: normal on CPU runners) | "error"
+    reason: str | None
+    gpus: tuple[GpuHealth, ...]
+
+
+# --- the NVIDIA software around the GPUs ------------------------------------
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """What the diagnosis needs beyond the inventory: NVSwitches, the fabric manager, the driver's pieces."""
+
+    nvswitches: tuple[str, ...]  # PCI addresses of NVSwitch bridges
+    fabric_manager: ProcessRef | None  # the running nv-fabricmanager, if any
+    nvidia_holders: dict[str, tuple[ProcessRef, ...]]  # /dev/nvidiaN -> processes with it open
+    kernel_driver_version: str | None  # from /proc/driver/nvidia/version
+    libcuda_versions: tuple[str, ...]  # user-space libcuda.so.<version> files found
+    ld_library_cuda: dict[str, tuple[str, ...]]  # LD_LIBRARY_PATH directory -> CUDA libraries in it

@@ -3,9 +3,31 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal, TypedDict
+
+from devctl.model import json_schema
+from devctl.model.publishers import PublisherSnapshot
 
 SCHEMA = "devctl.memstats/1"
+
+
+class DriverMemory(TypedDict):
+    """NVML's view of one GPU's memory."""
+
+    index: int  # NVML's
+    uuid: str | None
+    name: str | None
+    total_bytes: int | None
+    used_bytes: int | None
+    free_bytes: int | None
+
+
+class ChipHolder(TypedDict):
+    """A process that holds a TPU chip's device path."""
+
+    pid: int
+    user: str | None
+    command: str | None
 
 
 @dataclass(frozen=True)
@@ -13,18 +35,19 @@ class MemDevice:
     """One device with every view devctl has of its memory."""
 
     key: str  # "cpu:0", "cuda:1", "nvml:3" (a GPU JAX does not use), "tpu-chip:0"
-    source: str  # "jax" (the probe's fresh client), "nvml" or "tpu-pci"
+    source: Literal["jax", "nvml", "tpu-pci"]  # "jax": the probe's fresh client
     platform: str
     id: int | None  # JAX device id; None for hardware JAX does not use
     device_kind: str
     # Allocator view of a fresh JAX client: bytes_limit is what a new JAX process would get right now.
+    # The keys are the backend's own (PJRT allocators report about 15), so they stay open.
     memory_stats: dict[str, int | None] | None
     bytes_limit: int | None
     peak_bytes_in_use: int | None
     headroom_bytes: int | None  # bytes_limit - peak_bytes_in_use
-    driver: dict[str, Any] | None  # NVML: index, uuid, total_bytes, used_bytes, free_bytes
+    driver: DriverMemory | None  # NVML's view; None for a device NVML does not see
     hbm_bytes: int | None  # TPU chip table
-    holders: list[dict] = field(default_factory=list)  # processes holding a TPU chip: pid, user, command
+    holders: list[ChipHolder] = field(default_factory=list)  # processes holding a TPU chip
     status: str = "ok"  # or why a view is missing right now (a lost GPU, an NVML error)
 
 
@@ -33,13 +56,13 @@ class MemProcess:
     """A process that holds device memory, from NVML, a publisher or a TPU device path."""
 
     pid: int
-    source: str  # "nvml", "publisher" or "tpu"
+    source: Literal["nvml", "publisher", "tpu"]
     user: str | None
     command: str | None
     device: str  # the MemDevice key
     used_bytes: int | None  # NVML's per-process memory, or the publisher's live array bytes
     pid_visible: bool = True
-    # From a publisher: the job's own allocator view of that device.
+    # From a publisher: the job's own allocator view of that device (keys as its backend chose them).
     memory_stats: dict[str, int | None] | None = None
     live_arrays: int | None = None
     headroom_bytes: int | None = None
@@ -57,6 +80,8 @@ class Headroom:
 
 @dataclass(frozen=True)
 class HostMemory:
+    """The host's memory and /dev/shm, from /proc/meminfo and statvfs."""
+
     total_bytes: int | None
     available_bytes: int | None
     used_bytes: int | None
@@ -68,12 +93,14 @@ class HostMemory:
 
 @dataclass(frozen=True)
 class MemSnapshot:
-    schema: str
+    """`devctl memstats`: every device's memory from every view, the processes holding it, and the headroom."""
+
+    schema: str = field(metadata=json_schema(const=SCHEMA))
     timestamp: float
     hostname: str
     devices: list[MemDevice]
     processes: list[MemProcess]
-    publishers: list[Any]  # model.publishers.PublisherSnapshot
+    publishers: list[PublisherSnapshot]  # the running jobs that publish their own view
     headroom: Headroom
     host: HostMemory
     problems: list[str]  # transient faults: NVML errors, corrupt snapshots, a lost GPU

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
+
+from devctl.model import json_schema
 
 # A PJRT_NamedValue decoded: kString, kInt64, kInt64List, kFloat, kBool.
-AttributeValue = Union[str, int, list[int], float, bool, None]
+AttributeValue = str | int | list[int] | float | bool | None
+
+
+SCHEMA = "devctl.plugins/1"
 
 
 class PluginSource(str, enum.Enum):
@@ -133,6 +138,7 @@ class PluginEntry:
     directory: str | None = None  # the plugin module's package directory
     library_path: str | None = None
     config_path: str | None = None  # the .json config named in PJRT_NAMES_AND_LIBRARY_PATHS
+    # Open on purpose: the client create options that config passes through to the plugin, whatever it chose.
     create_options: dict[str, Any] | None = None
     error: str | None = None
     notes: tuple[str, ...] = ()
@@ -156,17 +162,17 @@ class PluginReport:
     module: str | None = None
     distribution: str | None = None
     distribution_version: str | None = None
-    config_path: str | None = None
-    create_options: dict[str, Any] | None = None
-    struct_size: int | None = None
+    config_path: str | None = None  # the .json config named in PJRT_NAMES_AND_LIBRARY_PATHS
+    create_options: dict[str, Any] | None = None  # from that config, as the plugin chose them (open on purpose)
+    struct_size: int | None = None  # PJRT_Api.struct_size: how much of the API table exists
     extension_types: tuple[int, ...] = ()
     load_s: float | None = None
     notes: tuple[str, ...] = ()
     # jaxlib's own PJRT C API version beside the library's, and what jaxlib's plugin check says of it.
     framework_pjrt_api_version: PjrtApiVersion | None = None
-    pjrt_accepted: bool | None = None
-    pjrt_check: str | None = None
-    pjrt_refused_by_setting: bool = False  # only ENABLE_PJRT_COMPATIBILITY's strict mode refuses it
+    pjrt_accepted: bool | None = None  # jaxlib's plugin check lets the library's version through; None: unknown
+    pjrt_check: str | None = None  # what jaxlib's plugin check says of it; jaxlib's own words when it refuses
+    pjrt_refused_by_setting: bool = False  # refused only because ENABLE_PJRT_COMPATIBILITY turns jaxlib's compatibility mode off
 
     @classmethod
     def from_parts(cls, entry: PluginEntry, library: PjrtLibraryInfo | None, framework: FrameworkPjrt | None = None) -> PluginReport:
@@ -197,6 +203,14 @@ class PluginReport:
             notes=notes,
             **_judged(library.pjrt_api_version if library else None, framework),
         )
+
+
+@dataclass(frozen=True)
+class PluginsReport:
+    """`devctl plugins`: every plugin JAX would consider, under its schema id."""
+
+    schema: str = field(metadata=json_schema(const=SCHEMA))
+    plugins: list[PluginReport]
 
 
 def _judged(version: PjrtApiVersion | None, framework: FrameworkPjrt | None) -> dict[str, Any]:

@@ -208,7 +208,7 @@ def instrument_plugin_discovery(xb, emit, skip: set[str]) -> None:
     env_done: dict[str, bool] = {}  # PJRT_NAMES_AND_LIBRARY_PATHS entry -> loaded, for those announced
 
     def discover_pjrt_plugins() -> None:
-        names = set()
+        names: set[str] = set()
         if xb.jax_plugins:
             names.update(n for _, n, _ in pkgutil.iter_modules(xb.jax_plugins.__path__, "jax_plugins."))
         names.update(ep.value for ep in entry_points(group="jax_plugins"))

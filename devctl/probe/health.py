@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import sys
 
+from devctl.model import from_dict
+from devctl.model.bench import Cell
 from devctl.model.check import DeviceTrial, HealthProbeResult
 from devctl.probe.backends import PJRT_ENV
 from devctl.probe.runner import Child, collect, send_request, start_child
@@ -82,16 +84,16 @@ def run_health_probe(
     }
     started = child or start_child(MODULE, None)
     send_request(started, request)
-    child = collect(started, timeout_s=timeout_s)
-    trials = [_trial(e) for e in child.events if e.get("event") == "trial"]
-    cells = [{k: v for k, v in e.items() if k != "event"} for e in child.events if e.get("event") == "cell"]
-    bw_error = next((e.get("error") for e in child.events if e.get("event") == "bandwidth_error"), None)
-    done = child.last("done")
+    result = collect(started, timeout_s=timeout_s)
+    trials = [_trial(e) for e in result.events if e.get("event") == "trial"]
+    cells = [from_dict(Cell, e) for e in result.events if e.get("event") == "cell"]
+    bw_error = next((e.get("error") for e in result.events if e.get("event") == "bandwidth_error"), None)
+    done = result.last("done")
     failure = unfinished = None
-    if done is None or not child.ok:
-        phase = child.last("phase")
+    if done is None or not result.ok:
+        phase = result.last("phase")
         unfinished = phase.get("kind") if phase else None
-        failure = child.failure_text() + (f" while running {_describe(phase)}" if phase else "")
+        failure = result.failure_text() + (f" while running {_describe(phase)}" if phase else "")
     devices = tuple(done.get("devices") or ()) if done else tuple(dict.fromkeys(t.device for t in trials if "->" not in t.device))
     return HealthProbeResult(
         platforms=tuple(platforms),
@@ -100,7 +102,7 @@ def run_health_probe(
         h2d_cells=cells,
         bandwidth_error=bw_error,
         failure=failure,
-        elapsed_s=child.elapsed_s,
+        elapsed_s=result.elapsed_s,
         unfinished=unfinished,
     )
 

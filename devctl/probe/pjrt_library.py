@@ -236,6 +236,7 @@ class _Probe:
         kind = _int(addr + 32)
         value_addr = addr + 40
         size = _size_t(addr + 48)
+        value: str | int | float | bool | list[int]
         if kind == _K_STRING:
             value = _text(_ptr(value_addr), size, _MAX_STRING_BYTES)
         elif kind == _K_INT64:
@@ -266,9 +267,9 @@ class _Probe:
             )
             text = _text(args.message or 0, args.message_size, _MAX_STRING_BYTES) or "(empty message)"
         if struct_size >= _API_ERROR_DESTROY + _PTR and _ptr(api + _API_ERROR_DESTROY):
-            args = _ErrorDestroyArgs(struct_size=ctypes.sizeof(_ErrorDestroyArgs), error=error)
+            destroy = _ErrorDestroyArgs(struct_size=ctypes.sizeof(_ErrorDestroyArgs), error=error)
             ctypes.CFUNCTYPE(None, ctypes.POINTER(_ErrorDestroyArgs))(_ptr(api + _API_ERROR_DESTROY))(
-                ctypes.byref(args)
+                ctypes.byref(destroy)
             )
         return " ".join(text.split())
 

@@ -37,9 +37,9 @@ def predict(
             return JaxOutcome("raises", error=error, culprit="jax")
         return _broken(jax_row, "jax")
     # Plugins load before any backend starts: one that kills or hangs the process does so in JAX too.
-    for row in backends.values():
-        if row.plugin and row.status in (BackendStatus.CRASHED, BackendStatus.TIMEOUT):
-            return _broken(row, row.platform)
+    for b in backends.values():
+        if b.plugin and b.status in (BackendStatus.CRASHED, BackendStatus.TIMEOUT):
+            return _broken(b, b.platform)
     if raised is not None:
         culprit = raised.get("culprit") or "PJRT_NAMES_AND_LIBRARY_PATHS"
         error = _text(raised.get("exception") or "Exception", raised.get("message") or "")

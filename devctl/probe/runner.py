@@ -169,9 +169,11 @@ def _spawner(requests: queue.SimpleQueue) -> None:
 
 
 def send_request(child: Child, request: dict) -> None:
+    stdin = child.proc.stdin
+    assert stdin is not None  # start_child always opens stdin as a pipe
     try:
-        child.proc.stdin.write(json.dumps(request).encode())
-        child.proc.stdin.close()
+        stdin.write(json.dumps(request).encode())
+        stdin.close()
     except BrokenPipeError:  # it died already; collect() reports how
         pass
 
@@ -359,7 +361,7 @@ def sweep_orphaned_tempdirs(kind: str, files: tuple[str, ...], directory: str | 
 
     directory = directory or tempfile.gettempdir()
     pattern = _tempdir_pattern(kind)
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from devctl.model import to_jsonable
 from devctl.model.bench import Cell, Gate, TransferReport
 from devctl.units import format_seconds, format_size_short
 
 BAR_WIDTH = 32
 _EIGHTHS = " ▏▎▍▌▋▊▉"
-
-
-def transfer_json(report: TransferReport) -> None:
-    from devctl.render.console import print_json
-
-    document = to_jsonable(report)
-    # The schema id first, so `head` and humans see what the document is.
-    print_json({"schema": document.pop("schema"), **document})
 
 
 def transfer_text(report: TransferReport) -> None:

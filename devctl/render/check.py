@@ -6,6 +6,7 @@ import os
 import re
 import sys
 from contextlib import contextmanager
+from typing import overload
 
 from devctl.model.check import CheckReport, CheckStatus
 from devctl.render.console import data_table, out
@@ -103,6 +104,10 @@ def junit_xml(report: CheckReport) -> str:
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
+@overload
+def _xml_text(text: str) -> str: ...
+@overload
+def _xml_text(text: None) -> None: ...
 def _xml_text(text: str | None) -> str | None:
     return None if text is None else _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 

@@ -6,16 +6,6 @@ from devctl.render.console import data_table, out
 from devctl.units import format_bytes
 
 
-def print_cluster(report, json_out: bool) -> None:
-    if json_out:
-        from devctl.model import to_jsonable
-        from devctl.render.console import print_json
-
-        print_json(to_jsonable(report))
-    else:
-        render_cluster(report)
-
-
 def render_cluster(report) -> None:
     console = out()
     total = len([d for d in report.devices if d.id is not None])

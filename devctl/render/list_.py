@@ -24,14 +24,14 @@ def render_inventory(inv) -> None:
             console.print(f"fix: {outcome.fix}", markup=False)
     backends = {b.platform: b for b in inv.backends}
     devices = sorted(inv.devices, key=lambda d: (d.platform, d.process_index, d.id))
-    for platform, group in groupby(devices, key=lambda d: d.platform):
-        group = list(group)
+    for platform, grouped in groupby(devices, key=lambda d: d.platform):
+        group = list(grouped)
         b = backends.get(platform) or (backends.get("cuda") or backends.get("rocm") if platform == "gpu" else None)
         title = f"{platform}: {len(group)} device(s)"
         if b is not None:
             title += f", {b.platform_version or ''}".rstrip(", ")
             if b.pjrt_c_api_version:
-                title += f", PJRT C API {b.pjrt_c_api_version['major']}.{b.pjrt_c_api_version['minor']}"
+                title += f", PJRT C API {b.pjrt_c_api_version}"
             title += f", init {format_seconds(b.init_s)}"
         table = data_table(title=title)
         for col in ("id", "kind", "process", "hw id", "memory kinds", "memory limit", "details"):

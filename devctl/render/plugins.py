@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from rich.text import Text
-
+from devctl.model.plugins import PluginsReport
 from devctl.render.console import data_table, out
 
 
-def render_plugins(plugins: list) -> None:
+def render_plugins(report: PluginsReport) -> None:
+    plugins = report.plugins
     console = out()
     if not plugins:
         console.print("No JAX plugins installed and PJRT_NAMES_AND_LIBRARY_PATHS is not set: JAX has its built-in CPU backend only.", markup=False)
@@ -21,7 +21,7 @@ def render_plugins(plugins: list) -> None:
         status = p.status.value + (f": {p.error}" if p.error else "")
         row = (p.name, p.source.value, package, p.library_path or "-", str(p.pjrt_api_version or "-"),
                str(p.framework_pjrt_api_version or "-"), _check(p), attrs, status)  # fmt: skip
-        table.add_row(*(Text(cell) for cell in row))
+        table.add_row(*row)  # data_table makes every cell plain, printable text
     console.print(table)
     for p in plugins:
         for note in p.notes:

@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Mapping
+from collections.abc import Mapping
 
-from devctl.discovery.pci import PCI_DEVICES, class_code, hex_id, pci_addresses
-from devctl.discovery.procs import process_ref, scan_holders
+from devctl.discovery.nvidia_pci import nvswitch_functions
+from devctl.discovery.procs import find_process, scan_holders
 from devctl.hostroot import HostRoot
-from devctl.model.hardware import ProcessRef
+from devctl.model.hardware import MachineFacts
 
-NVIDIA_VENDOR = "0x10de"
-# PCI class 0x0680: "other bridge", which is how NVSwitch chips enumerate on HGX boards.
-_NVSWITCH_CLASS_PREFIX = "0x0680"
 # The daemon's process name (nvidia-fabricmanager package, nv-fabricmanager binary).
 FABRIC_MANAGER = "nv-fabricmanager"
 _NVIDIA_NODE_RE = re.compile(r"/dev/nvidia\d+")
@@ -40,17 +36,6 @@ CUDA_LIBRARY_PREFIXES = ("libcudart.so", "libcudnn.so", "libcublas.so", "libcubl
                          "libcusolver.so", "libnccl.so", "libnvrtc.so", "libnvJitLink.so")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class MachineFacts:
-    nvswitches: tuple[str, ...]  # PCI addresses of NVSwitch bridges
-    fabric_manager: ProcessRef | None  # the running nv-fabricmanager, if any
-    nvidia_holders: dict[str, tuple[ProcessRef, ...]]  # /dev/nvidiaN -> processes with it open
-    kernel_driver_version: str | None  # from /proc/driver/nvidia/version
-    libcuda_versions: tuple[str, ...]  # user-space libcuda.so.<version> files found
-    ld_library_cuda: dict[str, tuple[str, ...]]  # LD_LIBRARY_PATH directory -> CUDA libraries in it
-    notes: list[str] = field(default_factory=list)
-
-
 def machine_facts(root: HostRoot, environ: Mapping[str, str] | None = None) -> MachineFacts:
     environ = os.environ if environ is None else environ
     # Reading every process's fds costs; only worth it where NVIDIA nodes exist to be held.
@@ -66,35 +51,14 @@ def machine_facts(root: HostRoot, environ: Mapping[str, str] | None = None) -> M
     )
 
 
-def nvswitch_functions(root: HostRoot) -> tuple[str, ...]:
-    out = []
-    for address in pci_addresses(root):
-        base = f"{PCI_DEVICES}/{address}"
-        if hex_id(root, f"{base}/vendor") != NVIDIA_VENDOR:
-            continue
-        if (class_code(root, f"{base}/class") or "").startswith(_NVSWITCH_CLASS_PREFIX):
-            out.append(address.lower())
-    return tuple(sorted(out))
-
-
-def find_process(root: HostRoot, name: str) -> ProcessRef | None:
-    """The first live process whose comm or argv[0] basename is `name`."""
-    for pid in sorted(int(p) for p in root.listdir("/proc") if p.isdigit()):
-        comm = root.read_text(f"/proc/{pid}/comm", limit=256) or ""
-        cmdline = root.read_text(f"/proc/{pid}/cmdline", limit=4096) or ""
-        argv0 = os.path.basename(cmdline.split("\0", 1)[0]) if cmdline else ""
-        # comm is cut to 15 characters: "nv-fabricmanage".
-        if name in (argv0, comm) or (len(comm) == 15 and name.startswith(comm)):
-            return process_ref(root, pid)
-    return None
-
-
 def kernel_driver_version(root: HostRoot) -> str | None:
+    """The loaded NVIDIA kernel module's version, from /proc/driver/nvidia/version."""
     m = _KERNEL_VERSION_RE.search(root.read_text("/proc/driver/nvidia/version") or "")
     return m.group(1) if m else None
 
 
 def libcuda_versions(root: HostRoot) -> tuple[str, ...]:
+    """Versions of the user-space libcuda.so.<version> files in the usual library directories."""
     found = []
     for directory in LIBCUDA_DIRS:
         for name in root.listdir(directory):
@@ -105,6 +69,7 @@ def libcuda_versions(root: HostRoot) -> tuple[str, ...]:
 
 
 def ld_library_cuda(value: str) -> dict[str, tuple[str, ...]]:
+    """{directory of LD_LIBRARY_PATH: the CUDA libraries in it}: these load before the pip wheels' own."""
     out = {}
     for directory in (d for d in value.split(os.pathsep) if d):
         try:

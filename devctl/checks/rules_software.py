@@ -1,0 +1,158 @@
+"""The doctor's rules over JAX's own stack: jax.devices() itself, backend and plugin errors, versions, JAX_PLATFORMS, PJRT.
+
+Each rule reads a Scene and yields Drafts (devctl.checks.scene); the order
+they run in is devctl.checks.diagnosis.RULES.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from devctl.checks.advice import finding_of
+from devctl.checks.catalogue import MESSAGES
+from devctl.checks.scene import BROKEN, Draft, Scene, Severity, explained_by_evidence
+from devctl.model.list_ import BackendStatus
+
+# A TPU finding already explains why the tpu backend and libtpu fail: they are not named again.
+_TPU_IDS = ("tpu-held", "libtpu-missing", "tpu-device-permission", "multihost-slice-waiting")
+
+
+def jax_devices_fails(s: Scene) -> Iterable[Draft]:
+    """jax.devices() itself fails: the finding devctl list leads with, with the same fix."""
+    outcome = getattr(s.inv, "jax_outcome", None)
+    if outcome is None or not outcome.fails or not outcome.code:
+        return
+    finding, fix = finding_of(outcome.code), outcome.fix
+    if finding in ("backend-failed", "plugin-broken"):
+        # A generic advice: a catalogue entry that recognizes JAX's words says more.
+        known = next((fid for fid, pattern in MESSAGES if pattern.search(outcome.error or "")), None)
+        finding, fix = (known, None) if known else (finding, fix)
+    yield Draft(finding, [f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit}"], ["backends", "devices"], fix=fix)
+
+
+def evidence_first(s: Scene) -> Iterable[Draft]:
+    """Rows whose advice the machine's evidence gave (no GPU for the CUDA plugin, a driver not mounted, ...): the same advice."""
+    from devctl.checks.advice import nvidia_evidence
+
+    for b in s.inv.backends:
+        if b.code is None or not explained_by_evidence(b):
+            continue
+        finding = finding_of(b.code)
+        evidence = [f"{b.platform} {'plugin' if b.plugin else 'backend'} {b.status.value}: {b.error}"]
+        if finding == "cuda-plugin-without-gpu":
+            evidence.append("no NVIDIA GPU: no NVML GPU, no NVIDIA device on the PCI bus, no /dev/nvidia* node")
+        elif finding == "nvidia-driver-not-mounted":
+            evidence.append(f"{nvidia_evidence(s.hw)} exist, but NVML: {getattr(s.hw.nvidia, 'reason', None)}")
+        outcome = getattr(s.inv, "jax_outcome", None)
+        fails = outcome is not None and outcome.fails
+        severity: Severity = "error" if fails or finding in ("nvidia-driver-not-mounted", "pjrt-entry-broken") else "warning"
+        yield Draft(finding, evidence, ["plugins"] if b.plugin else ["backends"], fix=b.hint, severity=severity)
+
+
+def known_messages(s: Scene) -> Iterable[Draft]:
+    """Every error devctl collected that carries JAX's or XLA's own words for a catalogue entry."""
+    for where, message, checks in s.errors():
+        for fid, pattern in MESSAGES:
+            if pattern.search(message):
+                yield Draft(fid, [f"{where}: {message}"], checks)
+
+
+def jax_platforms_unavailable(s: Scene) -> Iterable[Draft]:
+    from devctl.checks.backends import platform_matches
+
+    listed = [p.strip().lower() for p in (s.environ.get("JAX_PLATFORMS") or "").split(",") if p.strip()]
+    for name in listed:
+        if any(platform_matches(name, b.platform) and b.status is BackendStatus.OK for b in s.inv.backends):
+            continue
+        rows = [b for b in s.inv.backends if platform_matches(name, b.platform)]
+        state = f"the {rows[0].platform} backend {rows[0].status.value}: {rows[0].error}" if rows else f"no {name} backend is installed"
+        yield Draft(
+            "jax-platforms-unavailable",
+            [f"JAX_PLATFORMS={s.environ['JAX_PLATFORMS']!r}, and {state}"],
+            ["backends", "devices", "env"],
+            fix=f"drop {name} from JAX_PLATFORMS, or unset it so JAX picks the best available backend",
+        )
+
+
+def version_skew(s: Scene) -> Iterable[Draft]:
+    """Every version skew of the stack is one finding with one fix, the `versions` check's (jax's own pins for
+    its release); the NVIDIA driver and CUDA wheel findings stay findings of their own."""
+    fix = s.env.stack_fix
+    roles = {p.name: p.role for p in s.env.packages}
+    stack = []
+    for f in s.env.findings:
+        pkgs = set(f.packages)
+        if fix is not None and f.remediation == fix.command:
+            stack.append(f)
+            continue
+        if pkgs & {"nvidia-driver", "cuda-runtime"}:
+            fid = "driver-too-old"
+        elif any(roles.get(p) in ("plugin", "pjrt") for p in pkgs):
+            fid = "plugin-version-skew"
+        elif any(roles.get(p) == "libtpu" for p in pkgs):
+            fid = "libtpu-version-skew"
+        elif any(p.startswith("nvidia-") for p in pkgs):
+            fid = "cuda-library-shadowed"
+        else:
+            fid = "jax-jaxlib-skew"
+        yield Draft(fid, [f.message], ["versions"], fix=f.remediation or None, severity="error" if f.severity == "error" else "warning")
+    if not stack or fix is None:  # stack holds only findings of the one fix
+        return
+    involved = {roles.get(p) for f in stack for p in f.packages}
+    if any(set(f.packages) == {"jax", "jaxlib"} for f in stack):
+        fid = "jax-jaxlib-skew"  # `import jax` raises: the first thing a user meets
+    elif involved & {"plugin", "pjrt"}:
+        fid = "plugin-version-skew"
+    else:
+        fid = "libtpu-version-skew"
+    severity: Severity = "error" if any(f.severity == "error" for f in stack) else "warning"
+    evidence = [f.message for f in stack] + ([f"the fix {fix.summary}"] if fix.summary else [])
+    yield Draft(fid, evidence, ["versions"], fix=fix.command, severity=severity)
+
+
+def pjrt_api_mismatch(s: Scene) -> Iterable[Draft]:
+    """A plugin library whose PJRT C API version jaxlib's plugin check refuses (xla/pjrt/pjrt_api.cc), by jaxlib's
+    own version and rule as measured; compatibility mode, the default, takes any 0.x with x >= 29."""
+    from devctl.checks.software import pjrt_refusal, pjrt_refused, pjrt_remedy
+
+    fix_command = s.env.stack_fix.command if s.env.stack_fix is not None else None
+    stack = {p.name for p in s.env.packages if p.role in ("pjrt", "libtpu")}
+    for p in s.inv.plugins:
+        if not pjrt_refused(p):
+            continue
+        by_setting = p.pjrt_refused_by_setting
+        packaged = fix_command is not None and (p.distribution or "").replace("_", "-").lower() in stack
+        # Strict mode (ENABLE_PJRT_COMPATIBILITY): the setting; a package of the stack: the one fix; else that entry or
+        # package. Never "set ENABLE_PJRT_COMPATIBILITY=true" for a library compatibility mode itself refuses.
+        remedy = fix_command if packaged and not by_setting else pjrt_remedy(p)
+        yield Draft(
+            "pjrt-api-mismatch",
+            [f"plugin {p.name} ({p.library_path}): {pjrt_refusal(p)}"],
+            ["plugins", "backends"],
+            fix=remedy,
+        )
+
+
+def unrecognized_failures(s: Scene, drafts: list[Draft]) -> Iterable[Draft]:
+    """Backends and plugins that fail in a way no catalogue entry recognized: still named, with the error.
+
+    Runs after every rule of diagnosis.RULES, with their drafts: an error they already quote is not repeated."""
+    said = " ".join(e for d in drafts for e in d.evidence)
+    tpu_explained = any(d.id in _TPU_IDS for d in drafts)
+    for b in s.inv.backends:
+        if b.status not in BROKEN or (b.error and b.error in said) or (b.platform == "tpu" and tpu_explained) or explained_by_evidence(b):
+            continue
+        evidence = [f"{b.platform} {'plugin' if b.plugin else 'backend'} {b.status.value}: {b.error}"]
+        if b.plugin:
+            yield Draft("plugin-broken", evidence, ["plugins"], fix=b.hint)
+        else:
+            yield Draft("backend-failed", evidence, ["backends"], fix=b.hint)
+    from devctl.checks.software import is_plugin_failure
+
+    for p in s.inv.plugins:
+        if p.source.value == "libtpu" and tpu_explained:
+            continue  # libtpu's own entry: the TPU findings already say what is wrong with it
+        if any(b.platform == p.name and explained_by_evidence(b) for b in s.inv.backends):
+            continue  # the same plugin as a row the evidence already explains
+        if is_plugin_failure(p) and not (p.error and p.error in said):
+            yield Draft("plugin-broken", [f"plugin {p.name} ({p.source.value}): {p.status.value}: {p.error}"], ["plugins"])

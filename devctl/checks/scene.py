@@ -1,0 +1,101 @@
+"""What the doctor's rules read (a Scene, gathered once by devctl.collect.doctor) and what they yield (Drafts).
+
+A rule is a function Scene -> Iterable[Draft]; devctl.checks.diagnosis runs
+them in order, merges drafts of one catalogue entry and turns them into
+findings. The helpers here are the few that rules of several modules share.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal, Mapping
+
+from devctl.checks.advice import code_of
+from devctl.checks.catalogue import CUDA_MIN_DRIVER_BRANCH
+from devctl.model.check import CheckResult
+from devctl.model.env import EnvironmentReport, PackageVersion
+from devctl.model.hardware import MachineFacts, NvmlHealth
+from devctl.model.list_ import BackendInfo, BackendStatus, Hardware, Inventory
+
+BROKEN = (BackendStatus.FAILED, BackendStatus.TIMEOUT, BackendStatus.CRASHED)
+Severity = Literal["error", "warning"]  # model.doctor.DoctorFinding.severity
+
+# Advice (devctl.checks.advice) reached from the machine's evidence, not from error text: list, check and doctor say the same.
+EVIDENCE_FIRST = ("cuda-plugin-without-gpu", "nvidia-driver-not-mounted", "rocm-plugin-without-gpu", "pjrt-entry-broken")
+
+
+@dataclass
+class Scene:
+    """Everything the rules read, gathered once."""
+
+    inv: Inventory
+    env: EnvironmentReport
+    facts: MachineFacts
+    nvml: NvmlHealth | None  # when the nvml-health check ran
+    checks: dict[str, CheckResult]
+    environ: Mapping[str, str]
+
+    @property
+    def hw(self) -> Hardware:
+        return self.inv.hardware
+
+    def ok(self, platform: str) -> bool:
+        return any(b.platform == platform and b.status is BackendStatus.OK for b in self.inv.backends)
+
+    def nvidia_gpus(self) -> list[str]:
+        """Where NVIDIA GPUs are, by NVML if it works, else by the PCI bus."""
+        gpus = getattr(self.hw.nvidia, "gpus", None) or ()
+        if gpus:
+            return [g.pci_bus_id or f"NVML GPU {g.index}" for g in gpus]
+        return [f.address for f in self.hw.nvidia_pci if f.driver in (None, "nvidia")]
+
+    def cuda_packages(self) -> list[PackageVersion]:
+        return [p for p in self.env.packages if p.role in ("plugin", "pjrt") and "cuda" in p.name and p.version]
+
+    def errors(self) -> list[tuple[str, str, list[str]]]:
+        """(where, message, checks it shows up in) for every error text devctl collected: backends, plugins, NVML."""
+        out = []
+        for b in self.inv.backends:
+            if b.error and b.status in BROKEN and not explained_by_evidence(b):
+                out.append((f"{b.platform} backend", b.error, ["plugins"] if b.plugin else ["backends"]))
+        out += [(f"plugin {p.name}", p.error, ["plugins"]) for p in self.inv.plugins if p.error]
+        reason = getattr(self.hw.nvidia, "reason", None)
+        if reason and getattr(self.hw.nvidia, "status", None) == "error":
+            out.append(("NVML", reason, ["nvml-health"]))
+        return out
+
+
+@dataclass
+class Draft:
+    """A finding before merging: one catalogue id, the evidence one rule saw, and the checks it explains."""
+
+    id: str
+    evidence: list[str]
+    checks: list[str]
+    fix: str | None = None  # None: the catalogue's fix
+    severity: Severity = "error"
+
+
+def explained_by_evidence(b: BackendInfo) -> bool:
+    """A backend row whose advice came from the machine's evidence: rules_software says it once, from that evidence."""
+    return b.code in {code_of(f) for f in EVIDENCE_FIRST}
+
+
+def few(items: list[str], n: int = 3) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def driver_branch(version: str | None) -> int | None:
+    m = re.match(r"\s*(\d+)", version or "")
+    return int(m.group(1)) if m else None
+
+
+def cuda_for_branch(branch: int | None) -> tuple[int, int] | None:
+    """The newest CUDA release a Linux driver branch supports, or None."""
+    if branch is None:
+        return None
+    for cuda, minimum in CUDA_MIN_DRIVER_BRANCH:
+        if branch >= minimum:
+            return cuda
+    return None

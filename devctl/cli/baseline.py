@@ -1,0 +1,106 @@
+"""--baseline FILE and --max-regression PCT of `devctl bench transfer`: the gate, read and checked before the benchmark runs.
+
+The comparison itself is model.bench.compare_with_baseline; a baseline that shares no cell with the run is
+refused by collect.bench once the cells are known.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from devctl.cli.options import quoted, read_input_file, shown
+from devctl.errors import UsageError
+from devctl.model import bench as m
+
+DEFAULT_MAX_REGRESSION_PCT = 10.0
+
+_PERCENT_RE = re.compile(r"^\s*(\d{1,6}(?:\.\d{1,6})?)\s*(%?)\s*$", re.ASCII)
+
+
+def parse_percent(text: str) -> float:
+    """--max-regression: '10%', '2.5%', or a bare number of 1 or more read as a percentage.
+
+    A bare number below 1 is the one a user could mean either way ('0.1': a fraction, 10%, or 0.1%),
+    so it is refused rather than guessed; '0' is zero either way.
+    """
+    m_ = _PERCENT_RE.match(text)
+    if not m_:
+        raise UsageError(f"--max-regression {shown(text)} is not a percentage; give e.g. 10% or 2.5%")
+    value = float(m_.group(1))
+    if not m_.group(2) and 0 < value < 1:
+        raise UsageError(
+            f"--max-regression {text!r} is ambiguous: write {value * 100:g}% for a drop of {value * 100:g} percent, "
+            f"or {value:g}% for {value:g} percent"
+        )
+    if value >= 100:
+        raise UsageError(f"--max-regression must be at least 0% and below 100%, got {text!r}")
+    return value
+
+
+def check_gate(baseline: str | None, max_regression: str | None) -> tuple[m.Baseline, float] | None:
+    """The baseline and the drop allowed below it, in percent; None without --baseline."""
+    if baseline is None:
+        if max_regression is not None:
+            raise UsageError("--max-regression needs --baseline FILE (an earlier `devctl bench transfer --json` result)")
+        return None
+    pct = parse_percent(max_regression) if max_regression is not None else DEFAULT_MAX_REGRESSION_PCT
+    return load_baseline(baseline), pct
+
+
+# A baseline is one earlier --json document: a few hundred cells of ~700 bytes; 16 MiB is far above any.
+BASELINE_CAP_BYTES = 16 << 20
+
+
+def load_baseline(path: str) -> m.Baseline:
+    """Read, parse and check the baseline once: a regular file, valid JSON, a bench transfer result,
+    every cell usable by the gate. Anything else is a one-line UsageError naming the file and the cell."""
+    where = f"--baseline {shown(path)}"
+    raw = read_input_file("--baseline", path, BASELINE_CAP_BYTES)
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{where} is not UTF-8 text (byte {e.start}); give a `devctl bench transfer --json` result") from None
+    except RecursionError:
+        raise UsageError(f"{where} is nested too deeply to be a `devctl bench transfer --json` result") from None
+    except ValueError as e:
+        raise UsageError(f"{where} is not JSON ({e}); give a `devctl bench transfer --json` result") from None
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if schema != m.SCHEMA or not isinstance(doc.get("results"), list):
+        found = f"schema {shown(schema)}" if isinstance(schema, str) else "no schema field"
+        raise UsageError(f"{where} is not a devctl bench transfer result ({found}; expected {m.SCHEMA!r})")
+    gbps = {}
+    for i, cell in enumerate(doc["results"]):
+        problem = _baseline_cell_problem(cell)
+        if problem:
+            raise UsageError(f"{where}: results[{i}] {problem}; give an unedited `devctl bench transfer --json` result")
+        if cell.get("gbps") is not None:
+            gbps[tuple(cell[k] for k in _BASELINE_KEY)] = float(cell["gbps"])
+    return m.Baseline(path, gbps)
+
+
+# The fields that name a cell (model.bench.Cell.key), in its order.
+_BASELINE_KEY = ("direction", "variant", "layout", "size_bytes", "src", "dst")
+_BASELINE_TYPES = {"direction": str, "variant": str, "layout": str, "size_bytes": int, "src": str, "dst": str}
+
+
+def _baseline_cell_problem(cell) -> str | None:
+    """What makes one baseline result unusable for the gate, checked before the benchmark runs."""
+    if not isinstance(cell, dict):
+        return "is not an object"
+    for name, kind in _BASELINE_TYPES.items():
+        value = cell.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"has no valid {name!r} ({kind.__name__} expected, got {quoted(value)})"
+    if cell["direction"] not in m.DIRECTIONS or cell["layout"] not in m.LAYOUTS:
+        return f"has direction {shown(cell['direction'])} and layout {shown(cell['layout'])}, not a devctl cell"
+    # Every figure of a cell is a count, a duration or a rate: NaN, an infinity or a negative one was
+    # not measured. A NaN gbps would make every comparison false, and so switch the gate off.
+    for name, value in cell.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not (math.isfinite(value) and value >= 0):
+            return f"has {name} {value!r}, not a measured figure"
+    gbps = cell.get("gbps")
+    if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or gbps <= 0):
+        return f"has gbps {quoted(gbps)}, not a number of GB/s above 0 or null"
+    return None

@@ -1,0 +1,176 @@
+"""What `devctl bench transfer` will measure: the devices its flags name, resolved once against
+jax.local_devices(), and the cells (direction x variant x layout x size x device pair) that fit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from devctl.model import bench as m
+from devctl.probe.transfer_devices import device_free_bytes, device_name
+from devctl.units import format_bytes, format_size_short
+
+
+class UsageProblem(Exception):
+    """Bad input the parent could not check (device ids): reported as an `error` event."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What one cell measures; the devices are jax Device objects."""
+
+    direction: str
+    variant: str
+    layout: str
+    size: int
+    src: Any  # Device, None (host) or "mesh"
+    dst: Any
+    devices: tuple = ()  # the mesh's devices for sharded/replicated layouts
+
+
+# The device may hold a source, a fresh copy and a result at once.
+DEVICE_COPIES = 3
+
+
+def devices_involved(spec: Spec) -> int:
+    """Devices whose link carries bytes in this cell, for per-device GB/s."""
+    if not spec.devices:
+        return 1
+    n = len(spec.devices)
+    if spec.layout == "replicated" and spec.direction == "d2h":
+        return 1  # np.asarray of a replicated array reads one replica
+    if spec.layout == "replicated" and spec.direction == "d2d":
+        return max(n - 1, 1)  # a broadcast from the first device: the others receive
+    return n
+
+
+def zero_copy_note(spec: Spec) -> str:
+    if spec.variant == "donate" and spec.direction == "d2d-self":
+        return "zero-copy: the donated buffer is handed over, nothing is copied"
+    if spec.direction == "d2h":
+        return "zero-copy: np.asarray returns a view of the device buffer on this backend"
+    if spec.direction == "h2d":
+        return "zero-copy: the device array aliases the numpy buffer"
+    if spec.direction == "d2d-self":
+        return "zero-copy: this jax ignores may_alias=False for a same-device put (jax 0.6 and later copy)"
+    return "zero-copy: the result aliases the source"
+
+
+class Plan:
+    """The cells of one run, from the options and the devices JAX gives this process."""
+
+    def __init__(self, opts: m.TransferOptions, jax, np):
+        self.opts, self.jax, self.np = opts, jax, np
+        self.local = list(jax.local_devices())
+        self.links: dict[int, m.PcieLink] = {}
+        self.pcie_reason: str | None = None
+
+    def resolve(self) -> None:
+        def dev(ref, flag: str):
+            """The local device a DeviceRef names; a platform other than the device's is as unknown as a missing id."""
+            for d in self.local:
+                if ref.names(d.id, d.platform, device_name(d).split(":")[0]):
+                    return d
+            ids = ", ".join(str(d.id) for d in self.local)
+            kind = device_name(self.local[0]).split(":")[0]
+            what = f"id {ref}" if ref.platform is None else str(ref)
+            raise UsageProblem(f"unknown device {what} for {flag}; this host's {kind} devices are {ids}")
+
+        if self.opts.devices is None:
+            self.targets = [self.local[0]]
+        elif self.opts.devices == ():
+            self.targets = list(self.local)
+        else:
+            self.targets = list(dict.fromkeys(dev(ref, "--device") for ref in self.opts.devices))
+        src = dev(self.opts.src, "--src") if self.opts.src is not None else None
+        dst = dev(self.opts.dst, "--dst") if self.opts.dst is not None else None
+        self.pairs, self.matrix_pairs, self.pairs_note = self._pairs(src, dst)
+        self.sizes, self.sweep_note = self._sizes()
+
+    def _pairs(self, src, dst) -> tuple[list, list, str | None]:
+        """The d2d pairs swept over every size, those measured only at the largest size, and why not more."""
+        others = lambda d: [o for o in self.local if o.id != d.id]
+        every = [(a, b) for a in self.local for b in self.local if a.id != b.id]
+        if src is not None and dst is not None:
+            return [(src, dst)], [], None
+        if src is not None:
+            return [(src, o) for o in others(src)], [], None
+        if dst is not None:
+            return [(o, dst) for o in others(dst)], [], None
+        if len(self.local) < 2:
+            return [], [], None
+        if self.opts.all_pairs:
+            return every, [], None
+        first = self.targets[0]
+        nxt = self.local[(self.local.index(first) + 1) % len(self.local)]
+        sweep = [(first, nxt)]
+        if self.opts.quick:
+            return sweep, [], None
+        if first.platform == "cpu":
+            # Every pair of CPU devices is the same copy within one host memory: a matrix would say nothing new.
+            return sweep, [], "d2d pair matrix not measured: CPU devices share host memory (use --all-pairs)"
+        # nvbandwidth's view: every ordered pair, once, at one large size.
+        return sweep, [p for p in every if p not in sweep], None
+
+    def _sizes(self) -> tuple[list[int], str | None]:
+        if self.opts.sizes_bytes is not None:
+            return list(self.opts.sizes_bytes), None
+        if self.opts.quick:
+            return list(m.QUICK_SIZES), None
+        sizes = list(m.DEFAULT_SIZES)
+        room, why = self._room_for(m.LARGE_SIZE)
+        if room:
+            return sizes + [m.LARGE_SIZE], None
+        return sizes, f"default sweep stops at {format_size_short(sizes[-1])}: {why}"
+
+    def _room_for(self, size: int) -> tuple[bool, str]:
+        """1 GiB joins the default sweep only where every device used says it has several times that free."""
+        for d in self._devices_used():
+            free = device_free_bytes(d)
+            if free is None:
+                return False, f"{device_name(d)} does not report its memory size"
+            if free < DEVICE_COPIES * size * 2:
+                return False, f"{device_name(d)} has {format_bytes(free)} free"
+        return True, ""
+
+    def _devices_used(self) -> list:
+        used = list(self.targets)
+        if "d2d" in self.opts.directions:
+            for a, b in self.pairs + self.matrix_pairs:
+                used += [a, b]
+        if self.opts.layouts != ("single",):
+            used += self.local
+        return list({d.id: d for d in used}.values())
+
+    def plan(self) -> list[list[Spec]]:
+        """Cells grouped by size (host buffers are made once per size)."""
+        top = self.sizes[-1] if self.sizes else 0
+        groups = []
+        for size in self.sizes:
+            specs = []
+            for layout in self.opts.layouts:
+                for direction in self.opts.directions:
+                    for variant in self.opts.variants_for(direction, layout):
+                        specs += self._specs(direction, variant, layout, size, top)
+            groups.append(specs)
+        return groups
+
+    def _specs(self, direction: str, variant: str, layout: str, size: int, top: int) -> list[Spec]:
+        if layout != "single":
+            mesh = tuple(self.local)
+            if direction == "d2d" and layout == "replicated":
+                return [Spec(direction, variant, layout, size, self.local[0], "mesh", mesh)]
+            src = None if direction == "h2d" else "mesh"
+            dst = None if direction == "d2h" else "mesh"
+            return [Spec(direction, variant, layout, size, src, dst, mesh)]
+        if direction == "h2d":
+            return [Spec(direction, variant, layout, size, None, d) for d in self.targets]
+        if direction == "d2h":
+            return [Spec(direction, variant, layout, size, d, None) for d in self.targets]
+        if direction == "d2d-self":
+            return [Spec(direction, variant, layout, size, d, d) for d in self.targets]
+        matrix = self.matrix_pairs if size == top and variant == m.main_variant(direction) else []
+        pairs = list(self.pairs) + matrix
+        if not pairs:
+            return [Spec(direction, variant, layout, size, self.targets[0], None)]
+        return [Spec(direction, variant, layout, size, a, b) for a, b in pairs]

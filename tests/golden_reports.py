@@ -1,0 +1,467 @@
+"""Reports for the golden table tests, built from the model's dataclasses with realistic figures.
+
+Two machines: an 8-GPU NVIDIA host (H100 SXM, NVML fields, PCIe Gen5 links, the CUDA 12 plugin) and a
+CPU-only host whose accelerator stack is broken in the ways users meet (a CUDA plugin without a GPU, a
+missing PJRT library, a skewed plugin). Every value is one a real run could print; nothing here reads the
+machine, imports jax or starts a process.
+"""
+
+from __future__ import annotations
+
+from devctl.model.bench import (
+    BenchDevice,
+    Cell,
+    MemcpyRoof,
+    PcieLink,
+    Roofs,
+    TransferReport,
+    fastest_paths,
+)
+from devctl.model.check import CheckReport, CheckResult, CheckStatus, Expectations
+from devctl.model.doctor import DoctorFinding, DoctorReport, Overview
+from devctl.model.env import EnvFinding, EnvVar, PackageChange, PackageVersion, StackFix
+from devctl.model.hardware import CudaWheel
+from devctl.model.list_ import BackendInfo, BackendStatus, DeviceInfo, JaxOutcome, UnusedAccelerator
+from devctl.model.memstats import Headroom, HostMemory, MemDevice, MemProcess, MemSnapshot
+from devctl.model.plugins import PjrtApiVersion, PluginReport, PluginSource, PluginsReport, PluginStatus
+
+GIB, MIB, KIB = 1 << 30, 1 << 20, 1 << 10
+TIMESTAMP = 1764000000.0  # 2025-11-24, fixed: nothing in a table may depend on the clock
+H100 = "NVIDIA H100 80GB HBM3"
+# A DGX H100's GPUs on the PCI bus, in NVML's order.
+BUS = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0", "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"]
+NVML_TOTAL = 85_520_809_984  # an H100 80GB as NVML counts it (79.6 GiB)
+BYTES_LIMIT = 63_771_852_390  # 75% of what was free when the probe's client started
+CUDA_PLATFORM_VERSION = "PJRT C API\ncuda 12080"  # PjRtCApiClient prefixes the plugin's own words with a line
+SITE = "/home/alice/.venv/lib/python3.11/site-packages"
+
+
+# ---- devctl list -------------------------------------------------------------------------------------
+
+
+def _gpu_stats(i: int) -> dict:
+    used = [0, 0, 2 * GIB, 0, 0, 0, 0, 512 * MIB][i]
+    return {
+        "bytes_in_use": used,
+        "peak_bytes_in_use": used,
+        "bytes_limit": BYTES_LIMIT,
+        "bytes_reservable_limit": 62_998_163_456,
+        "largest_alloc_size": used,
+        "num_allocs": 3 if used else 0,
+    }
+
+
+def list_gpu8():
+    from devctl.collect.list_ import Inventory
+
+    devices = [
+        DeviceInfo(
+            id=i, platform="gpu", device_kind=H100, process_index=0, local_hardware_id=i,
+            memory_kinds=["device", "pinned_host", "unpinned_host"], default_memory_kind="device",
+            memory_stats=_gpu_stats(i),
+            attributes={"compute_capability": "9.0", "core_count": 132, "device_vendor": "NVIDIA"},
+            nvml_gpu={"index": i, "pci_bus_id": BUS[i], "uuid": f"GPU-5c3f1e9a-0d4b-7c21-9e0f-6a1b2c3d4e{i:02d}"},
+        )  # fmt: skip
+        for i in range(8)
+    ]
+    devices.append(
+        DeviceInfo(id=0, platform="cpu", device_kind="cpu", process_index=0, local_hardware_id=None,
+                   memory_kinds=["device", "pinned_host", "unpinned_host"], default_memory_kind="device", memory_stats=None)
+    )  # fmt: skip
+    backends = [
+        BackendInfo("cuda", BackendStatus.OK, init_s=4.812, platform_version=CUDA_PLATFORM_VERSION,
+                    pjrt_c_api_version=PjrtApiVersion(0, 67), runtime_type="pjrt", device_count=8, priority=200),
+        BackendInfo("cpu", BackendStatus.OK, init_s=0.041, platform_version="cpu", runtime_type="pjrt", device_count=1, priority=0),
+        BackendInfo("tpu", BackendStatus.SKIPPED, error="libtpu is not installed (pip install 'jax[tpu]')", fail_quietly=True),
+    ]  # fmt: skip
+    return Inventory(
+        schema="devctl.list/1", devctl_version="0.1.0", timestamp=TIMESTAMP, hostname="dgx-h100-07",
+        jax_version="0.10.2", jaxlib_version="0.10.2", default_platform="gpu", backends=backends, devices=devices,
+        unused_accelerators=[], plugins=[], host=None, hardware=None, elapsed_s=6.204,
+        jax_outcome=JaxOutcome("ok", default_backend="gpu", device_count=8),
+    )  # fmt: skip
+
+
+def list_cpu_broken():
+    """A CPU host with jax[cuda12] installed, a PJRT entry whose library is gone, and GPUs JAX cannot use."""
+    from devctl.collect.list_ import Inventory
+
+    devices = [
+        DeviceInfo(id=i, platform="cpu", device_kind="cpu", process_index=0, local_hardware_id=None,
+                   memory_kinds=["device", "pinned_host", "unpinned_host"], default_memory_kind="device", memory_stats=None)
+        for i in range(4)
+    ]  # fmt: skip
+    cuda_error = (
+        "jax_plugins.xla_cuda12.initialize() raised RuntimeError: Unable to initialize backend 'cuda': "
+        "FAILED_PRECONDITION: No visible GPU devices. <- caused by INTERNAL: cuInit(0) failed: Unknown CUDA error 303"
+    )
+    backends = [
+        BackendInfo("cpu", BackendStatus.OK, init_s=0.038, platform_version="cpu", runtime_type="pjrt", device_count=4, priority=0),
+        BackendInfo("xla_cuda12", BackendStatus.FAILED, error=cuda_error, init_s=1.204, plugin="jax_plugins.xla_cuda12",
+                    summary="this machine has no NVIDIA GPU (or its driver is not loaded or not mounted into this container); JAX falls back to CPU",
+                    hint="to silence the CUDA plugin set JAX_PLATFORMS=cpu, or uninstall the CUDA extra (pip uninstall jax-cuda12-plugin jax-cuda12-pjrt jax-cuda13-plugin jax-cuda13-pjrt)",
+                    code="DEVCTL_FR_CUDA_PLUGIN_WITHOUT_GPU"),
+        BackendInfo("mygpu", BackendStatus.FAILED, source="env", plugin="mygpu",
+                    error="INVALID_ARGUMENT: Failed to open /opt/vendor/lib/libmygpu_pjrt.so: cannot open shared object file: No such file or directory",
+                    summary="PJRT_NAMES_AND_LIBRARY_PATHS entry mygpu cannot be loaded, so every jax.devices() raises, even with JAX_PLATFORMS=cpu",
+                    hint="fix its path, or drop it: unset PJRT_NAMES_AND_LIBRARY_PATHS", code="DEVCTL_FR_PJRT_ENTRY_BROKEN"),
+        BackendInfo("tpu", BackendStatus.SKIPPED, error="no TPU chip on this machine", fail_quietly=True),
+    ]  # fmt: skip
+    unused = [
+        UnusedAccelerator("nvidia-gpu", "NVIDIA A100-SXM4-40GB", "0000:07:00.0",
+                          "on the PCI bus, bound to vfio-pci, not to the nvidia driver: passed through to a VM"),
+        UnusedAccelerator("nvidia-gpu", "NVIDIA A100-SXM4-40GB", "0000:0f:00.0",
+                          "on the PCI bus, bound to vfio-pci, not to the nvidia driver: passed through to a VM"),
+    ]  # fmt: skip
+    outcome = JaxOutcome(
+        "raises", default_backend=None, error="RuntimeError: Unable to initialize backend 'mygpu': INVALID_ARGUMENT: "
+        "Failed to open /opt/vendor/lib/libmygpu_pjrt.so: cannot open shared object file: No such file or directory "
+        "(you may need to uninstall the failing plugin package, or set JAX_PLATFORMS=cpu to skip this backend.)",
+        culprit="mygpu", code="DEVCTL_FR_PJRT_ENTRY_BROKEN",
+        summary="PJRT_NAMES_AND_LIBRARY_PATHS entry mygpu cannot be loaded, so every jax.devices() raises, even with JAX_PLATFORMS=cpu",
+        fix="fix its path, or drop it: unset PJRT_NAMES_AND_LIBRARY_PATHS", fix_env={"PJRT_NAMES_AND_LIBRARY_PATHS": None},
+    )  # fmt: skip
+    return Inventory(
+        schema="devctl.list/1", devctl_version="0.1.0", timestamp=TIMESTAMP, hostname="ci-runner-3",
+        jax_version="0.10.2", jaxlib_version="0.10.2", default_platform="cpu", backends=backends, devices=devices,
+        unused_accelerators=unused, plugins=[], host=None, hardware=None, elapsed_s=2.871, jax_outcome=outcome,
+    )  # fmt: skip
+
+
+# ---- devctl plugins ----------------------------------------------------------------------------------
+
+
+def plugins_gpu():
+    v67 = PjrtApiVersion(0, 67)
+    attrs = {"xla_version": 2, "stablehlo_current_version": [1, 13, 7], "stablehlo_minimum_version": [0, 9, 0], "supports_cross_host_transfers": True}
+    return PluginsReport(schema="devctl.plugins/1", plugins=[
+        PluginReport(
+            name="cuda", source=PluginSource.NAMESPACE_AND_ENTRY_POINT, status=PluginStatus.OK,
+            library_path=f"{SITE}/jax_plugins/xla_cuda12/xla_cuda_plugin.so", pjrt_api_version=v67, attributes=attrs,
+            error=None, module="jax_plugins.xla_cuda12", distribution="jax-cuda12-pjrt", distribution_version="0.10.2",
+            struct_size=1112, extension_types=(1, 2, 4, 7, 9), load_s=0.118, framework_pjrt_api_version=v67,
+            pjrt_accepted=True, pjrt_check="accepted: jaxlib's own version",
+        ),
+        PluginReport(
+            name="rocm", source=PluginSource.ENTRY_POINT, status=PluginStatus.OK,
+            library_path=f"{SITE}/jax_plugins/xla_rocm7/xla_rocm_plugin.so", pjrt_api_version=PjrtApiVersion(0, 61),
+            attributes={"xla_version": 2}, error=None, module="jax_plugins.xla_rocm7", distribution="jax-rocm7-pjrt",
+            distribution_version="0.9.2", load_s=0.094, framework_pjrt_api_version=v67, pjrt_accepted=True,
+            pjrt_check="accepted: jaxlib speaks 0.67; compatibility mode (same major, minor >= 29) takes it",
+        ),
+        PluginReport(
+            name="mygpu", source=PluginSource.ENV, status=PluginStatus.FILE_MISSING,
+            library_path="/opt/vendor/lib/libmygpu_pjrt.so", pjrt_api_version=None, attributes={},
+            error="/opt/vendor/lib/libmygpu_pjrt.so does not exist", framework_pjrt_api_version=v67,
+            notes=("named by PJRT_NAMES_AND_LIBRARY_PATHS=mygpu:/opt/vendor/lib/libmygpu_pjrt.so",),
+        ),
+    ])  # fmt: skip
+
+
+# ---- devctl env --------------------------------------------------------------------------------------
+
+
+def env_gpu():
+    from devctl.collect.env import EnvironmentReport
+
+    v67 = PjrtApiVersion(0, 67)
+    packages = [
+        PackageVersion("jax", "0.10.2", "jax"),
+        PackageVersion("jaxlib", "0.10.2", "jaxlib", pjrt_api_version=v67),
+        PackageVersion("jax-cuda12-plugin", "0.9.2", "plugin"),
+        PackageVersion("jax-cuda12-pjrt", "0.9.2", "pjrt", pjrt_api_version=PjrtApiVersion(0, 64),
+                       pjrt_check="accepted: jaxlib speaks 0.67; compatibility mode (same major, minor >= 29) takes it", pjrt_accepted=True),
+    ]  # fmt: skip
+    wheels = [
+        CudaWheel("nvidia-cuda-runtime-cu12", "12.8.90", "cuda_runtime", 12, "12.1", "jax-cuda12-plugin's requirements", "ok", SITE),
+        CudaWheel("nvidia-cublas-cu12", "12.8.4.1", "cublas", 12, "12.1.3.1", "jax-cuda12-plugin's requirements", "ok", SITE),
+        CudaWheel("nvidia-cudnn-cu12", "9.1.0.70", "cudnn", 12, "9.8", "jax-cuda12-plugin's requirements", "too old", SITE),
+        CudaWheel("nvidia-nccl-cu12", "2.26.2", "nccl", 12, None, None, "not checked", SITE),
+    ]
+    fix = StackFix(
+        command="pip install -U 'jax[cuda12]==0.10.2'", jax_version="0.10.2", extras=["cuda12"],
+        changes=[PackageChange("jax-cuda12-pjrt", "0.9.2", "0.10.2"), PackageChange("jax-cuda12-plugin", "0.9.2", "0.10.2")],
+        summary="puts the stack at jax 0.10.2's own release: jax-cuda12-pjrt 0.9.2 -> 0.10.2, jax-cuda12-plugin 0.9.2 -> 0.10.2",
+    )  # fmt: skip
+    findings = [
+        EnvFinding("error", ["jax-cuda12-plugin", "jaxlib"],
+                       "JAX plugin jax_cuda12_plugin version 0.9.2 is installed, but it is not compatible with the installed jaxlib version 0.10.2, so it will not be used.",
+                       fix.command),
+        EnvFinding("warning", ["jax-cuda12-pjrt", "jaxlib"],
+                       "jax-cuda12-pjrt 0.9.2 is not jaxlib 0.10.2's release: JAX accepts its library (PJRT C API 0.64; jaxlib's own is 0.67, "
+                       "compatibility mode (same major, minor >= 29)); JAX releases and tests them only together", fix.command),
+        EnvFinding("warning", ["nvidia-cudnn-cu12"], "nvidia-cudnn-cu12 9.1.0.70 is older than 9.8, the oldest jax-cuda12-plugin accepts",
+                       "pip install -U 'nvidia-cudnn-cu12>=9.8'"),
+    ]  # fmt: skip
+    env = [
+        EnvVar("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7", "CUDA sees only GPU(s) 0,1,2,3,4,5,6,7, renumbered from 0"),
+        EnvVar("XLA_PYTHON_CLIENT_MEM_FRACTION", ".9", "JAX's GPU memory pool: 90% of each GPU's memory",
+               "deprecated: use XLA_CLIENT_MEM_FRACTION"),
+        EnvVar("XLA_PYTHON_CLIENT_PREALLOCATE", "false", "no GPU preallocation: memory is allocated on demand (more fragmentation, less held)"),
+        EnvVar("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=true --xla_dump_to=/tmp/xla-dump", "XLA compiler and runtime flags"),
+    ]  # fmt: skip
+    return EnvironmentReport(
+        schema="devctl.env/1", devctl_version="0.1.0", timestamp=TIMESTAMP, hostname="dgx-h100-07",
+        python="3.11.7", python_executable="/home/alice/.venv/bin/python", os="Linux-5.15.0-131-generic-x86_64-with-glibc2.35",
+        packages=packages, cuda_wheels=wheels, nvidia_driver="570.124.06", nvidia_cuda_driver_version="12.8",
+        findings=findings, env=env, notes=["jaxlib's PJRT C API rule read from jaxlib 0.10.2's own plugin check"],
+        stack_fix=fix,
+    )  # fmt: skip
+
+
+# ---- devctl memstats ---------------------------------------------------------------------------------
+
+
+def memstats_gpu8():
+    devices, processes = [], []
+    job_used = [71 * GIB + 300 * MIB] * 4 + [0] * 4
+    for i in range(8):
+        in_use = [2 * GIB, 2 * GIB, 2 * GIB + 512 * MIB, 2 * GIB, 0, 0, 0, 0][i]
+        peak = [4 * GIB, 4 * GIB, 5 * GIB, 4 * GIB, 0, 0, 0, 0][i]
+        stats = {"bytes_in_use": in_use, "peak_bytes_in_use": peak, "bytes_limit": BYTES_LIMIT if i < 4 else 63_986_284_544}
+        driver_used = job_used[i] + in_use + 530 * MIB
+        devices.append(
+            MemDevice(
+                key=f"cuda:{i}", source="jax", platform="gpu", id=i, device_kind=H100, memory_stats=stats,
+                bytes_limit=stats["bytes_limit"], peak_bytes_in_use=peak, headroom_bytes=stats["bytes_limit"] - peak,
+                driver={"index": i, "uuid": f"GPU-5c3f1e9a-0d4b-7c21-9e0f-6a1b2c3d4e{i:02d}", "total_bytes": NVML_TOTAL,
+                        "used_bytes": driver_used, "free_bytes": NVML_TOTAL - driver_used},
+                hbm_bytes=None,
+            )
+        )  # fmt: skip
+    for i in range(4):
+        processes.append(MemProcess(pid=48211, source="nvml", user="alice", device=f"cuda:{i}", used_bytes=job_used[i],
+                                    command="python train.py --config configs/llama3-8b.yaml --mesh fsdp=4"))
+    processes.append(MemProcess(pid=48211, source="publisher", user="alice", device="cuda:0", used_bytes=68 * GIB + 17 * MIB,
+                                command="python train.py --config configs/llama3-8b.yaml --mesh fsdp=4", live_arrays=1843,
+                                memory_stats={"bytes_in_use": 68 * GIB + 17 * MIB, "peak_bytes_in_use": 70 * GIB, "bytes_limit": 76 * GIB},
+                                headroom_bytes=6 * GIB))
+    processes.append(MemProcess(pid=2231, source="nvml", user=None, device="cuda:5", used_bytes=None, pid_visible=False, command=None))
+    return MemSnapshot(
+        schema="devctl.memstats/1", timestamp=TIMESTAMP, hostname="dgx-h100-07", devices=devices, processes=processes,
+        publishers=[], headroom=Headroom(min_bytes=6 * GIB, where="cuda:0 (pid 48211)", third_of_min_bytes=2 * GIB),
+        host=HostMemory(total_bytes=2015 * GIB, available_bytes=1780 * GIB, used_bytes=201 * GIB, swap_total_bytes=0,
+                        swap_used_bytes=0, shm_total_bytes=1008 * GIB, shm_used_bytes=3 * GIB + 200 * MIB),
+        problems=["NVML: cuda:5 reports a process in another pid namespace (pid 2231): its user and command are unknown"],
+        notes=["1 publisher read from /run/user/1000/devctl/publishers"],
+    )  # fmt: skip
+
+
+# ---- devctl bench transfer ---------------------------------------------------------------------------
+
+SIZES = [4 * KIB * 4**i for i in range(9)] + [GIB]  # the default sweep with 1G, on a GPU with room for it
+
+
+def _cell(direction, variant, size, src, dst, gbps, roof=None, roof_gbps=None, **kw) -> Cell:
+    median = size / (gbps * 1e9)
+    return Cell(
+        direction=direction, variant=variant, layout="single", size_bytes=size, src=src, dst=dst, bytes_moved=size,
+        samples=max(3, min(1000, int(0.03 / median))), min_s=median * 0.97, p10_s=median * 0.98, median_s=median,
+        p90_s=median * 1.06, max_s=median * 1.31, mean_s=median * 1.02, cv=0.04, gbps=gbps, peak_gbps=gbps / 0.97,
+        per_device_gbps=gbps, verified=True, roof=roof, roof_gbps=roof_gbps,
+        pct_of_roof=None if roof_gbps is None else 100 * gbps / roof_gbps,
+        roof_reason=None if roof else "no roof for this path (NVLink, ICI and HBM peaks are not queried)", **kw,
+    )  # fmt: skip
+
+
+def _curve(peak: float, half: int, size: int) -> float:
+    """GB/s of a transfer with a fixed latency (`half` / `peak` seconds): half the peak at `half` bytes."""
+    return round(peak * size / (size + half), 3)
+
+
+def bench_gpu8():
+    pcie = 63.015  # Gen5 x16 per direction
+    cells = []
+    for size in SIZES:
+        cells.append(_cell("h2d", "pageable", size, "host", "cuda:0", _curve(24.5, 512 * KIB, size), "pcie", pcie))
+        cells.append(_cell("h2d", "pinned", size, "host", "cuda:0", _curve(53.8, 512 * KIB, size), "pcie", pcie))
+        cells.append(_cell("d2h", "copy", size, "cuda:0", "host", _curve(21.9, 512 * KIB, size), "pcie", pcie))
+        cells.append(_cell("d2d", "put", size, "cuda:0", "cuda:1", _curve(389.0, 4 * MIB, size)))
+    # nvbandwidth's view: every ordered pair once at the largest size.
+    for a in range(8):
+        for b in range(8):
+            if a != b and (a, b) != (0, 1):
+                cells.append(_cell("d2d", "put", GIB, f"cuda:{a}", f"cuda:{b}", round(386.0 - 3.1 * ((a * 7 + b * 3) % 5), 3)))
+    cells.append(Cell("d2h", "pinned", "single", GIB, "cuda:0", "host", skipped=True,
+                      note="skipped: cuda:0 has no pinned_host memory"))  # fmt: skip
+    cells.append(Cell("d2d-self", "put", "single", GIB, "cuda:0", "cuda:0", bytes_moved=0, samples=3, median_s=2.1e-6,
+                      min_s=2.0e-6, p10_s=2.0e-6, p90_s=2.4e-6, max_s=2.6e-6, mean_s=2.2e-6, zero_copy=True, verified=True,
+                      note="zero-copy: this jax ignores may_alias=False for a same-device put (jax 0.6 and later copy)"))  # fmt: skip
+    cells = tuple(cells)
+    devices = tuple(
+        BenchDevice(i, f"cuda:{i}", "gpu", H100, ("device", "pinned_host", "unpinned_host"), BYTES_LIMIT) for i in range(8)
+    )
+    roofs = Roofs(
+        host_memcpy=tuple(MemcpyRoof(s, 3, s / 11.2e9, 11.2) for s in SIZES),
+        pcie=(PcieLink("cuda:0", BUS[0], 5, 16, 5, pcie, seen_gen=5, seen_width=16, below_max=False),
+              PcieLink("cuda:1", BUS[1], 5, 16, 5, pcie, seen_gen=4, seen_width=16, below_max=True)),
+    )  # fmt: skip
+    return TransferReport(
+        results=cells, roofs=roofs, fastest=fastest_paths(cells), devices=devices,
+        environment={"python": "3.11.7", "jax": "0.10.2", "jaxlib": "0.10.2", "backend": "cuda", "sizes_bytes": SIZES},
+    )  # fmt: skip
+
+
+def bench_cpu_quick():
+    """`devctl bench transfer --quick` on a 4-device CPU host: no PCIe, the memcpy roof, a CPU pair note."""
+    roof = 9.87
+    cells = []
+    for size in (4 * KIB, 16 * MIB):
+        cells.append(_cell("h2d", "pageable", size, "host", "cpu:0", _curve(7.4, 64 * KIB, size), "host_memcpy", roof))
+        cells.append(_cell("d2h", "copy", size, "cpu:0", "host", _curve(6.8, 64 * KIB, size), "host_memcpy", roof))
+        cells.append(_cell("d2d", "put", size, "cpu:0", "cpu:1", _curve(6.1, 96 * KIB, size), "host_memcpy", roof))
+        cells.append(_cell("d2d-self", "put", size, "cpu:0", "cpu:0", _curve(7.9, 64 * KIB, size), "host_memcpy", roof))
+    cells = tuple(cells)
+    return TransferReport(
+        results=cells,
+        roofs=Roofs(host_memcpy=(MemcpyRoof(4 * KIB, 400, 4.2e-7, 9.75), MemcpyRoof(16 * MIB, 7, 16 * MIB / 9.87e9, roof)),
+                    pcie_reason="no GPU among the devices measured"),
+        fastest=fastest_paths(cells),
+        devices=tuple(BenchDevice(i, f"cpu:{i}", "cpu", "cpu", ("device", "pinned_host", "unpinned_host")) for i in range(4)),
+        environment={"python": "3.11.7", "jax": "0.10.2", "backend": "cpu", "quick": True,
+                     "pairs_note": "d2d pair matrix not measured: CPU devices share host memory (use --all-pairs)"},
+    )  # fmt: skip
+
+
+# ---- devctl check ------------------------------------------------------------------------------------
+
+
+def check_gpu8():
+    R, S = CheckResult, CheckStatus
+    checks = [
+        R("versions", S.WARN, "jax-cuda12-pjrt 0.9.2 is not jaxlib 0.10.2's release: JAX accepts its library (PJRT C API 0.64; jaxlib's own is 0.67, compatibility mode (same major, minor >= 29)); JAX releases and tests them only together",
+          "pip install -U 'jax[cuda12]==0.10.2'", 0.41),
+        R("plugins", S.PASS, "1 plugin(s) load: cuda", None, 0.52),
+        R("backends", S.PASS, "initialized: cuda (8 devices), cpu (1 device); default gpu", None, 6.20),
+        R("devices", S.PASS, "8 gpu device(s): NVIDIA H100 80GB HBM3 x8", None, 6.20),
+        R("compute", S.PASS, "matmul and sum agree with numpy on all 8 device(s) (largest relative error 3.1e-07, tolerance 1e-03)", None, 9.84),
+        R("transfer", S.PASS, "h2d-d2h round trips intact on 8 device(s); d2d intact on 8 pair(s)", None, 9.84),
+        R("memory", S.FAIL, "bytes_limit 59.4 GiB on cuda:0, below --min-memory 70.0 GiB (lowest of 8)",
+          "free the GPU (devctl memstats names the process holding it), or raise XLA_CLIENT_MEM_FRACTION", 6.20),
+        R("bandwidth", S.WARN, "h2d 24.39 GB/s to cuda:3 is below --min-h2d 25 GB/s (lowest of 8, 256 MiB, pageable)",
+          "check the PCIe link of cuda:3 (nvidia-smi -q -d PCIE); devctl bench transfer --direction h2d --device 3", 12.31),
+        R("nvml-health", S.WARN, "GPU 5 (0000:ab:00.0): 2 remapped rows pending a reset; GPU 6 (0000:ba:00.0): thermal slowdown active (HW_THERMAL_SLOWDOWN), 88 C",
+          "drain this host and reset GPU 5 (nvidia-smi -r -i 5); check the cooling of GPU 6", 0.37),
+        R("host", S.PASS, "2015.0 GiB RAM, 1780.0 GiB available, /dev/shm 1008.0 GiB, 224 CPUs", None, 0.02),
+        R("tpu", S.SKIP, "no TPU chip on this machine", None, 0.01),
+        R("env", S.PASS, "3 relevant variable(s) set, none with a problem: CUDA_VISIBLE_DEVICES, XLA_FLAGS, XLA_PYTHON_CLIENT_PREALLOCATE", None, 0.0),
+    ]  # fmt: skip
+    return CheckReport(
+        schema="devctl.check/1", devctl_version="0.1.0", timestamp=TIMESTAMP, hostname="dgx-h100-07", status="fail",
+        strict=False,
+        expectations=Expectations(platforms=("gpu",), min_devices=8, device_kind="H100", min_memory_bytes=70 * GIB, min_h2d_gbps=25.0),
+        checks=checks, phases_s={"inventory": 6.2, "environment": 0.41, "health": 9.84, "bandwidth": 12.31}, elapsed_s=12.6,
+    )  # fmt: skip
+
+
+# ---- devctl doctor -----------------------------------------------------------------------------------
+
+
+def doctor_cpu_broken():
+    R, S = CheckResult, CheckStatus
+    findings = [
+        DoctorFinding(
+            id="pjrt-entry-broken", catalogue_number=None,
+            title="A PJRT_NAMES_AND_LIBRARY_PATHS entry cannot be loaded", severity="error",
+            evidence=["mygpu: INVALID_ARGUMENT: Failed to open /opt/vendor/lib/libmygpu_pjrt.so: cannot open shared object file: No such file or directory",
+                      "jax.devices() raises: RuntimeError: Unable to initialize backend 'mygpu'"],
+            cause="JAX loads every entry of PJRT_NAMES_AND_LIBRARY_PATHS at its first jax.devices(), and one that fails makes every call raise, whatever JAX_PLATFORMS says",
+            fix="fix its path, or drop it: unset PJRT_NAMES_AND_LIBRARY_PATHS",
+            references=["https://docs.jax.dev/en/latest/installation.html", "https://github.com/jax-ml/jax/issues/21540"],
+            checks=["backends"], code="DEVCTL_FR_PJRT_ENTRY_BROKEN",
+        ),
+        DoctorFinding(
+            id="cuda-plugin-without-gpu", catalogue_number=3,
+            title="The CUDA plugin is installed on a machine without a usable NVIDIA GPU", severity="warning",
+            evidence=["jax_plugins.xla_cuda12.initialize() raised RuntimeError: ... cuInit(0) failed: Unknown CUDA error 303",
+                      "NVML: libnvidia-ml.so.1 not found", "2 NVIDIA GPU(s) on the PCI bus, bound to vfio-pci"],
+            cause="the GPUs are passed through to a VM (vfio-pci), so the nvidia driver does not drive them here; JAX logs the plugin's error and falls back to CPU",
+            fix="to silence the CUDA plugin set JAX_PLATFORMS=cpu, or uninstall the CUDA extra (pip uninstall jax-cuda12-plugin jax-cuda12-pjrt jax-cuda13-plugin jax-cuda13-pjrt)",
+            references=["https://docs.jax.dev/en/latest/installation.html#nvidia-gpu"],
+            checks=["plugins"], code="DEVCTL_FR_CUDA_PLUGIN_WITHOUT_GPU",
+        ),
+    ]  # fmt: skip
+    checks = [
+        R("versions", S.PASS, "jax 0.10.2, jaxlib 0.10.2, jax-cuda12-plugin 0.10.2: consistent"),
+        R("plugins", S.FAIL, "xla_cuda12: this machine has no NVIDIA GPU", "set JAX_PLATFORMS=cpu"),
+        R("backends", S.FAIL, "jax.devices() raises", "unset PJRT_NAMES_AND_LIBRARY_PATHS"),
+        R("devices", S.PASS, "4 cpu device(s)"),
+        R("tpu", S.SKIP, "no TPU chip on this machine"),
+        R("env", S.WARN, "PJRT_NAMES_AND_LIBRARY_PATHS names a missing file", "unset PJRT_NAMES_AND_LIBRARY_PATHS"),
+    ]  # fmt: skip
+    overview = Overview(
+        sees=["jax 0.10.2, jaxlib 0.10.2, Python 3.11.7 on Linux x86_64 (ci-runner-3)",
+              "plugins: xla_cuda12 (jax-cuda12-plugin 0.10.2), mygpu (PJRT_NAMES_AND_LIBRARY_PATHS)",
+              "hardware: 2 NVIDIA A100-SXM4-40GB on the PCI bus (vfio-pci), no NVIDIA driver, no TPU, no AMD GPU"],
+        jax_will_use=["nothing: jax.devices() raises RuntimeError: Unable to initialize backend 'mygpu' (the PJRT_NAMES_AND_LIBRARY_PATHS entry)",
+                      "with that fixed: cpu, 4 device(s), the CUDA plugin's error logged"],
+        default_platform=None, device_count=0, device_kinds=[],
+    )  # fmt: skip
+    return DoctorReport(
+        schema="devctl.doctor/1", devctl_version="0.1.0", timestamp=TIMESTAMP, hostname="ci-runner-3", status="problems",
+        overview=overview, findings=findings, checks=checks, elapsed_s=3.4,
+    )  # fmt: skip
+
+
+def doctor_gpu8_ok():
+    R, S = CheckResult, CheckStatus
+    overview = Overview(
+        sees=["jax 0.10.2, jaxlib 0.10.2, jax-cuda12-plugin 0.10.2, Python 3.11.7 on Linux x86_64 (dgx-h100-07)",
+              "hardware: 8 NVIDIA H100 80GB HBM3 (NVML, driver 570.124.06, CUDA 12.8), no TPU, no AMD GPU"],
+        jax_will_use=["gpu (cuda): 8 device(s), NVIDIA H100 80GB HBM3; default backend gpu"],
+        default_platform="gpu", device_count=8, device_kinds=[H100],
+    )  # fmt: skip
+    checks = [R(n, S.PASS, "ok") for n in ("versions", "plugins", "backends", "devices", "nvml-health", "host", "env")]
+    checks.append(R("tpu", S.SKIP, "no TPU chip on this machine"))
+    return DoctorReport(
+        schema="devctl.doctor/1", devctl_version="0.1.0", timestamp=TIMESTAMP, hostname="dgx-h100-07", status="ok",
+        overview=overview, findings=[], checks=checks, elapsed_s=7.1,
+    )  # fmt: skip
+
+
+# ---- devctl list --distributed -----------------------------------------------------------------------
+
+
+def cluster_gpu2x8():
+    """Two 8-GPU hosts under `devctl list --distributed`; the second runs a newer jaxlib."""
+    from devctl.model.distributed import LIST_SCHEMA, ClusterDevice, ClusterFinding, ClusterHeadroom, ClusterReport, ProcessSummary
+
+    hosts = ["dgx-h100-07", "dgx-h100-08"]
+    processes = [
+        ProcessSummary(i, hosts[i], 8, [H100], "gpu", "0.10.2", ["0.10.2", "0.11.0"][i], None,
+                       {"jax-cuda12-plugin": "0.10.2", "jax-cuda12-pjrt": "0.10.2"}, "570.124.06", 16)
+        for i in range(2)
+    ]  # fmt: skip
+    devices = [
+        ClusterDevice(p, hosts[p], f"cuda:{8 * p + i}", "gpu", 8 * p + i, H100, p, BYTES_LIMIT, [0, 4 * GIB][p],
+                      BYTES_LIMIT - [0, 4 * GIB][p], {})
+        for p in range(2) for i in range(8)
+    ]  # fmt: skip
+    finding = ClusterFinding(
+        "version-mismatch", "error", "jaxlib_version", "jaxlib 0.11.0 on dgx-h100-08 (process 1); the others run 0.10.2",
+        [1], ["dgx-h100-08"], ["0.11.0"], "0.10.2", "install one jax release on every host: pip install -U 'jax[cuda12]==0.10.2'",
+    )  # fmt: skip
+    return ClusterReport(
+        schema=LIST_SCHEMA, devctl_version="0.1.0", timestamp=TIMESTAMP, coordinator="10.0.0.7:8476", num_processes=2,
+        processes=processes, devices=devices, findings=[finding],
+        headroom=ClusterHeadroom(BYTES_LIMIT - 4 * GIB, 1, "dgx-h100-08", "cuda:8", (BYTES_LIMIT - 4 * GIB) // 3),
+        reports=[], elapsed_s=9.8, join_s=1.2, gather_s=0.4,
+    )  # fmt: skip
+
+
+# ---- what the golden tests render ---------------------------------------------------------------------
+
+# golden name -> the report; devctl.render.emit picks its table by the report's schema id, as every command does.
+VIEWS = {
+    "list-gpu8": list_gpu8,
+    "list-cpu-broken": list_cpu_broken,
+    "cluster-gpu2x8": cluster_gpu2x8,
+    "plugins-gpu": plugins_gpu,
+    "env-gpu": env_gpu,
+    "memstats-gpu8": memstats_gpu8,
+    "bench-transfer-gpu8": bench_gpu8,
+    "bench-transfer-cpu-quick": bench_cpu_quick,
+    "check-gpu8": check_gpu8,
+    "doctor-cpu-broken": doctor_cpu_broken,
+    "doctor-gpu8-ok": doctor_gpu8_ok,
+}

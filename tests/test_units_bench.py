@@ -1,0 +1,478 @@
+"""`devctl bench transfer`'s pure logic, imported directly: the regression gate, the fastest paths, the
+host-memory estimate, the statistics, and the probe child's plan of cells.
+
+The end-to-end tests (tests/test_bench_transfer.py) run all of this once through real CPU JAX; here each rule
+gets its edge cases, and the planning gets the machines CPU JAX cannot be (8 GPUs, one device, devices
+short of memory) as data. Nothing here imports jax or starts a process.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from devctl.model import bench as m
+from devctl.model.bench import Baseline, Cell, TransferOptions, compare_with_baseline, fastest_paths, host_bytes_needed
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+
+def cell(direction="h2d", variant="pageable", size=4 * KIB, src="host", dst="cpu:0", gbps=10.0, layout="single", **kw) -> Cell:
+    return Cell(direction, variant, layout, size, src, dst, gbps=gbps, **kw)
+
+
+# ---- the regression gate ------------------------------------------------------------------------------
+
+
+def test_gate_passes_when_no_cell_falls_below_the_floor():
+    base = Baseline("base.json", {cell(size=s).key: 10.0 for s in (4 * KIB, MIB)})
+    gate = compare_with_baseline([cell(size=4 * KIB, gbps=9.01), cell(size=MIB, gbps=12.0)], base, 10)
+    assert gate.passed and gate.regressions == () and gate.compared == 2
+    assert (gate.baseline, gate.max_regression_pct) == ("base.json", 10)
+
+
+def test_gate_floor_is_inclusive():
+    """Exactly the allowed share below is still allowed; a hair under it is a regression."""
+    base = Baseline("b", {cell().key: 10.0})
+    assert compare_with_baseline([cell(gbps=8.0)], base, 20).passed
+    gate = compare_with_baseline([cell(gbps=7.99)], base, 20)
+    assert not gate.passed
+    (r,) = gate.regressions
+    assert r.baseline_gbps == 10.0 and r.gbps == 7.99 and r.change_pct == pytest.approx(-20.1)
+
+
+def test_gate_with_zero_tolerance_fails_any_slowdown_and_never_a_speedup():
+    base = Baseline("b", {cell().key: 10.0})
+    assert not compare_with_baseline([cell(gbps=9.999)], base, 0).passed
+    assert compare_with_baseline([cell(gbps=10.0)], base, 0).passed
+    assert compare_with_baseline([cell(gbps=50.0)], base, 0).passed
+
+
+def test_gate_matches_cells_by_every_part_of_their_key():
+    """Same size and direction but another variant, layout, source or destination is another cell."""
+    base = Baseline("b", {cell().key: 10.0})
+    others = [
+        cell(variant="pinned", gbps=1.0),
+        cell(layout="sharded", gbps=1.0),
+        cell(dst="cpu:1", gbps=1.0),
+        cell(direction="d2h", src="cpu:0", dst="host", gbps=1.0),
+        cell(size=8 * KIB, gbps=1.0),
+    ]
+    gate = compare_with_baseline(others, base, 10)
+    assert gate.compared == 0 and gate.passed
+
+
+def test_gate_counts_a_cell_that_measured_nothing_now_as_regressed():
+    base = Baseline("b", {cell().key: 10.0, cell(size=MIB).key: 10.0})
+    now = [cell(gbps=None, zero_copy=True), cell(size=MIB, gbps=None, skipped=True, note="skipped: out of memory")]
+    gate = compare_with_baseline(now, base, 50)
+    assert not gate.passed and gate.compared == 2
+    assert [(r.size_bytes, r.gbps, r.change_pct) for r in gate.regressions] == [(4 * KIB, None, None), (MIB, None, None)]
+
+
+def test_gate_lists_regressions_in_the_order_of_the_run():
+    sizes = [MIB, 4 * KIB, 64 * MIB]
+    base = Baseline("b", {cell(size=s).key: 10.0 for s in sizes})
+    gate = compare_with_baseline([cell(size=s, gbps=1.0) for s in sizes], base, 10)
+    assert [r.size_bytes for r in gate.regressions] == sizes
+
+
+def test_gate_lines_say_what_fell_and_by_how_much():
+    from devctl.render.bench import gate_lines
+
+    base = Baseline("runs/a100.json", {cell(size=64 * MIB).key: 20.0, cell(size=4 * KIB).key: 1.0})
+    gate = compare_with_baseline([cell(size=64 * MIB, gbps=15.0), cell(size=4 * KIB, gbps=None, zero_copy=True)], base, 10)
+    lines = gate_lines(gate)
+    assert lines[0] == "baseline runs/a100.json: 2 of 2 cells fell more than 10% below the baseline:"
+    assert lines[1] == "  h2d pageable single 64M host->cpu:0: 15 GB/s (-25.0%), baseline 20 GB/s"
+    assert lines[2] == "  h2d pageable single 4K host->cpu:0: no bandwidth (zero-copy or skipped), baseline 1 GB/s"
+    ok = compare_with_baseline([cell(size=64 * MIB, gbps=19.0)], base, 10)
+    assert gate_lines(ok) == ["baseline runs/a100.json: 1 cells compared, none more than 10% below the baseline"]
+
+
+# ---- the fastest paths --------------------------------------------------------------------------------
+
+
+def test_fastest_is_the_best_variant_at_the_largest_size_per_direction_and_layout():
+    cells = [
+        cell(variant="pageable", size=MIB, gbps=30.0),  # faster, but not at the largest size
+        cell(variant="pageable", size=64 * MIB, gbps=12.0),
+        cell(variant="pinned", size=64 * MIB, gbps=25.0),
+        cell(variant="pageable", size=64 * MIB, gbps=40.0, layout="sharded", dst="cpu:all"),
+        cell(direction="d2h", variant="copy", size=16 * MIB, src="cpu:0", dst="host", gbps=7.0),
+    ]
+    got = {(f.direction, f.layout): f for f in fastest_paths(cells)}
+    assert set(got) == {("h2d", "single"), ("h2d", "sharded"), ("d2h", "single")}
+    assert (got["h2d", "single"].variant, got["h2d", "single"].gbps, got["h2d", "single"].size_bytes) == ("pinned", 25.0, 64 * MIB)
+    assert got["h2d", "sharded"].variant == "pageable" and got["d2h", "single"].size_bytes == 16 * MIB
+
+
+def test_fastest_never_names_a_cell_whose_bytes_arrived_changed():
+    cells = [cell(variant="pinned", gbps=90.0, verified=False), cell(variant="pageable", gbps=10.0, verified=True)]
+    (f,) = fastest_paths(cells)
+    assert f.variant == "pageable" and f.gbps == 10.0
+
+
+def test_fastest_ignores_skipped_cells_when_choosing_the_largest_size():
+    cells = [cell(size=MIB, gbps=10.0), cell(size=GIB, gbps=None, skipped=True, note="skipped: out of memory")]
+    (f,) = fastest_paths(cells)
+    assert f.size_bytes == MIB and f.variant == "pageable"
+
+
+def test_fastest_names_zero_copy_variants_and_says_when_nothing_moved():
+    cells = [cell(variant="aligned", gbps=None, zero_copy=True), cell(variant="pageable", gbps=5.0)]
+    (f,) = fastest_paths(cells)
+    assert f.variant == "pageable" and f.zero_copy_variants == ("aligned",)
+    (f,) = fastest_paths([cell(variant="aligned", gbps=None, zero_copy=True)])
+    assert f.variant is None and f.gbps is None and f.note == "every variant was zero-copy here: no bytes move"
+    (f,) = fastest_paths([cell(gbps=None, verified=False)])
+    assert f.variant is None and f.note == "nothing measured at this size"
+
+
+def test_fastest_carries_the_roof_of_the_chosen_cell():
+    c = cell(gbps=50.0, roof="pcie", roof_gbps=63.0, pct_of_roof=79.4)
+    (f,) = fastest_paths([c])
+    assert (f.roof, f.roof_gbps, f.pct_of_roof) == ("pcie", 63.0, 79.4)
+
+
+# ---- options ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "variants,direction,layout,expected",
+    [
+        (None, "h2d", "single", ("pageable",)),
+        (None, "d2h", "single", ("copy",)),
+        (("pinned", "pageable"), "h2d", "single", ("pageable", "pinned")),  # in the table's order, not the user's
+        (("pinned",), "d2d", "single", ("put",)),  # a direction without the named variants still measures its plain call
+        (m.ALL_VARIANTS, "d2h", "single", ("copy", "numpy", "pinned", "async")),
+        (m.ALL_VARIANTS, "h2d", "sharded", ("pageable",)),  # mesh layouts measure what a plain call does
+    ],
+)
+def test_variants_for(variants, direction, layout, expected):
+    assert TransferOptions(variants=variants).variants_for(direction, layout) == expected
+
+
+def test_options_survive_the_trip_to_the_probe_child():
+    import json
+
+    opts = TransferOptions(directions=("h2d", "d2d"), variants=("pinned",), layouts=("single", "sharded"),
+                           sizes_bytes=(4096, MIB), all_pairs=True, repeats=5, min_time_s=0.01, verify=False)  # fmt: skip
+    assert TransferOptions.from_request(json.loads(json.dumps(opts.to_request()))) == opts
+
+
+# ---- the host-memory estimate (measured multiples, model/bench.py's docstring) -------------------------
+
+
+def _need(size=MIB, in_host=True, n=4, **opts):
+    return host_bytes_needed(TransferOptions(**opts), size, devices_in_host_memory=in_host, device_count=n) / size
+
+
+@pytest.mark.parametrize(
+    "opts,multiple",
+    [
+        ({"directions": ("h2d",)}, 4),
+        ({"directions": ("d2h",)}, 5),
+        ({"directions": ("d2d",)}, 5),
+        ({"directions": ("d2d-self",)}, 5),
+        ({}, 5),  # every direction: the most any one of them holds
+        ({"variants": m.ALL_VARIANTS}, 6),  # the aligned copy and a pinned buffer
+        ({"directions": ("h2d",), "verify": False}, 3),
+        ({"verify": False}, 5),  # d2h holds its copies whatever the verification
+        ({"directions": ("h2d",), "layouts": ("replicated",)}, 7),
+        ({"layouts": ("replicated",)}, 11),  # d2d-self replicated on 4 devices: source and copy on each, checked
+        ({"layouts": ("sharded",)}, 5),  # a sharded array holds the size once in all
+    ],
+)
+def test_host_estimate_on_cpu_devices(opts, multiple):
+    assert _need(**opts) == multiple
+
+
+def test_host_estimate_on_an_accelerator_counts_only_the_host_side():
+    assert _need(in_host=False) == 2 + 2  # the buffers, and a result fetched and compared
+    assert _need(in_host=False, directions=("d2h",), variants=("pinned",)) == 2 + 3
+    assert _need(in_host=False, directions=("d2d",), verify=False) == 2
+    # On an accelerator a replicated array is device memory: the host estimate does not grow with the devices.
+    assert _need(in_host=False, layouts=("replicated",), n=8) == _need(in_host=False, layouts=("replicated",), n=2)
+
+
+def test_host_estimate_grows_with_the_devices_a_replicated_array_is_copied_to():
+    assert _need(n=8, layouts=("replicated",)) > _need(n=4, layouts=("replicated",)) > _need(n=2, layouts=("replicated",))
+
+
+def test_host_estimate_is_linear_in_the_size():
+    opts = TransferOptions(variants=m.ALL_VARIANTS)
+    one = host_bytes_needed(opts, MIB, devices_in_host_memory=True, device_count=4)
+    assert host_bytes_needed(opts, 256 * MIB, devices_in_host_memory=True, device_count=4) == 256 * one
+
+
+# ---- statistics and aliasing (probe/transfer.py) -------------------------------------------------------
+
+
+def test_stats_of_no_samples_are_unknown_not_zero():
+    from devctl.probe.transfer_measure import sample_stats
+
+    assert sample_stats([]) == dict.fromkeys(("min_s", "p10_s", "median_s", "p90_s", "max_s", "mean_s", "cv"))
+
+
+def test_stats_are_order_free_and_interpolated():
+    from devctl.probe.transfer_measure import sample_stats
+
+    st = sample_stats([5.0, 1.0, 4.0, 2.0, 3.0])
+    assert (st["min_s"], st["median_s"], st["max_s"], st["mean_s"]) == (1.0, 3.0, 5.0, 3.0)
+    assert st["p10_s"] == pytest.approx(1.4) and st["p90_s"] == pytest.approx(4.6)
+    assert st["cv"] == pytest.approx(2.5**0.5 / 3)  # sample standard deviation over the mean
+
+
+def test_stats_of_one_sample_have_no_spread():
+    from devctl.probe.transfer_measure import sample_stats
+
+    st = sample_stats([2e-3])
+    assert st["median_s"] == st["p10_s"] == st["p90_s"] == 2e-3 and st["cv"] is None
+
+
+def test_median_of_an_even_count_is_the_midpoint():
+    from devctl.probe.transfer_measure import sample_stats
+
+    assert sample_stats([1.0, 2.0, 3.0, 10.0])["median_s"] == 2.5
+
+
+def test_moved_bytes_leave_out_what_aliases_the_source():
+    from devctl.probe.transfer_measure import moved_bytes, overlaps
+
+    src = [(1000, 100)]
+    assert moved_bytes([(5000, 100)], src) == 100
+    assert moved_bytes([(1000, 100)], src) == 0
+    assert moved_bytes([(1050, 100)], src) == 0  # a partial overlap is an alias too
+    assert moved_bytes([(1100, 100)], src) == 100  # adjacent, not overlapping
+    assert moved_bytes([(1000, 50), (9000, 50)], src) == 50  # one shard aliases, one was copied
+    assert not overlaps([], src) and not overlaps(src, [])
+
+
+def test_failure_notes_tell_out_of_memory_from_other_failures():
+    from devctl.probe.transfer import _failure_note
+
+    oom = _failure_note(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes. More text"))
+    assert oom == "skipped: out of memory (RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes)"
+    assert _failure_note(MemoryError()).startswith("skipped: out of memory")
+    other = _failure_note(ValueError("bad\n   layout. second sentence"))
+    assert other == "failed: ValueError: bad layout"
+    assert len(_failure_note(RuntimeError("x" * 5000))) < 250
+
+
+# ---- the probe child's plan, on machines given as data ------------------------------------------------
+
+
+def gpu(i: int, limit: int | None = 80 * GIB, in_use: int = 0, kinds=("device", "pinned_host", "unpinned_host")):
+    return SimpleNamespace(
+        id=i, platform="gpu", device_kind="NVIDIA H100 80GB HBM3", local_hardware_id=i, client=SimpleNamespace(platform="cuda"),
+        memory_stats=lambda: {"bytes_limit": limit, "bytes_in_use": in_use} if limit else {},
+        addressable_memories=lambda: [SimpleNamespace(kind=k) for k in kinds],
+    )  # fmt: skip
+
+
+def cpu(i: int):
+    return SimpleNamespace(
+        id=i, platform="cpu", device_kind="cpu", local_hardware_id=None, client=SimpleNamespace(platform="cpu"),
+        memory_stats=lambda: None, addressable_memories=lambda: [SimpleNamespace(kind=k) for k in ("device", "pinned_host")],
+    )  # fmt: skip
+
+
+def ref(i: int, platform: str | None = None):
+    """A device as the CLI hands it to the child (parsed --device/--src/--dst)."""
+    try:
+        from devctl.model.devices import DeviceRef
+    except ImportError:  # before device references had a platform, the child took plain ids
+        return i
+    return DeviceRef(i, platform)
+
+
+def planned(local, **opts):
+    from devctl.probe.transfer import Bench
+
+    bench = Bench(TransferOptions(**opts), SimpleNamespace(local_devices=lambda: list(local)), np=None)
+    bench.resolve()
+    return bench
+
+
+def names(pairs) -> list[tuple[int, int]]:
+    return [(a.id, b.id) for a, b in pairs]
+
+
+def test_default_plan_on_8_gpus_sweeps_one_pair_and_measures_the_matrix_once():
+    b = planned([gpu(i) for i in range(8)])
+    assert [d.id for d in b.targets] == [0]
+    assert names(b.pairs) == [(0, 1)]
+    assert len(b.matrix_pairs) == 8 * 7 - 1 and (0, 1) not in names(b.matrix_pairs) and b.pairs_note is None
+    assert b.sizes == list(m.DEFAULT_SIZES) + [m.LARGE_SIZE] and b.sweep_note is None
+    groups = b.plan()
+    assert len(groups) == len(b.sizes)
+    d2d = lambda g: [(s.src.id, s.dst.id) for s in g if s.direction == "d2d"]  # noqa: E731
+    assert all(d2d(g) == [(0, 1)] for g in groups[:-1])
+    assert len(d2d(groups[-1])) == 56  # every ordered pair, once, at the largest size
+    per_size = [(s.direction, s.variant) for s in groups[0]]
+    assert per_size == [("h2d", "pageable"), ("d2h", "copy"), ("d2d", "put"), ("d2d-self", "put")]
+
+
+def test_the_matrix_is_measured_with_the_main_variant_only():
+    b = planned([gpu(i) for i in range(3)], directions=("d2d",), variants=("put", "donate"))
+    top = b.plan()[-1]
+    assert sorted((s.variant, s.src.id, s.dst.id) for s in top) == sorted(
+        [("put", a, c) for a in range(3) for c in range(3) if a != c] + [("donate", 0, 1)]
+    )
+
+
+def test_large_size_joins_only_where_every_device_has_room():
+    b = planned([gpu(0), gpu(1, limit=4 * GIB)])
+    assert m.LARGE_SIZE not in b.sizes
+    assert b.sweep_note == "default sweep stops at 256M: cuda:1 has 4.0 GiB free"
+    b = planned([gpu(0, limit=None)], directions=("h2d",))
+    assert b.sweep_note == "default sweep stops at 256M: cuda:0 does not report its memory size"
+    b = planned([gpu(0, limit=80 * GIB, in_use=76 * GIB)], directions=("h2d",))
+    assert m.LARGE_SIZE not in b.sizes  # what is in use counts against the room
+
+
+def test_cpu_devices_get_no_matrix_and_say_why():
+    b = planned([cpu(i) for i in range(4)])
+    assert names(b.pairs) == [(0, 1)] and b.matrix_pairs == []
+    assert b.pairs_note == "d2d pair matrix not measured: CPU devices share host memory (use --all-pairs)"
+    assert b.sweep_note == "default sweep stops at 256M: cpu:0 does not report its memory size"
+
+
+def test_quick_and_explicit_sizes():
+    b = planned([gpu(i) for i in range(4)], quick=True)
+    assert b.sizes == list(m.QUICK_SIZES) and b.matrix_pairs == [] and b.pairs_note is None
+    b = planned([gpu(i) for i in range(4)], sizes_bytes=(MIB, 4 * KIB))
+    assert b.sizes == [MIB, 4 * KIB] and b.sweep_note is None  # the user's order
+
+
+def test_all_pairs_sweeps_every_ordered_pair_at_every_size():
+    b = planned([cpu(i) for i in range(3)], all_pairs=True, directions=("d2d",), sizes_bytes=(KIB, MIB))
+    assert len(b.pairs) == 6 and b.matrix_pairs == []
+    assert [len(g) for g in b.plan()] == [6, 6]
+
+
+@pytest.mark.parametrize(
+    "src,dst,expected",
+    [
+        (2, 0, [(2, 0)]),
+        (2, None, [(2, 0), (2, 1), (2, 3)]),
+        (None, 2, [(0, 2), (1, 2), (3, 2)]),
+    ],
+)
+def test_src_and_dst_choose_the_pairs(src, dst, expected):
+    b = planned([gpu(i) for i in range(4)], src=None if src is None else ref(src), dst=None if dst is None else ref(dst))
+    assert names(b.pairs) == expected and b.matrix_pairs == []
+
+
+def test_every_device_is_a_target_with_an_empty_device_list():
+    b = planned([gpu(i) for i in range(3)], devices=(), directions=("h2d", "d2h"), sizes_bytes=(MIB,))
+    (group,) = b.plan()
+    assert [(s.direction, (s.dst or s.src).id) for s in group] == [("h2d", 0), ("h2d", 1), ("h2d", 2), ("d2h", 0), ("d2h", 1), ("d2h", 2)]
+
+
+def test_an_unknown_device_is_a_usage_problem_naming_the_devices_there():
+    from devctl.probe.transfer import Bench
+    from devctl.probe.transfer_plan import UsageProblem
+
+    bench = Bench(TransferOptions(devices=(ref(7),)), SimpleNamespace(local_devices=lambda: [gpu(0), gpu(1)]), np=None)
+    with pytest.raises(UsageProblem) as e:
+        bench.resolve()
+    assert "--device" in str(e.value) and "7" in str(e.value) and str(e.value).endswith("this host's cuda devices are 0, 1")
+
+
+def test_one_device_plans_d2d_as_a_skipped_cell_with_a_reason():
+    b = planned([gpu(0)], directions=("d2d",), sizes_bytes=(MIB,))
+    (spec,) = b.plan()[0]
+    assert spec.dst is None
+    why = b._cannot_run(spec)
+    assert why == "skipped: device-to-device needs at least 2 devices"
+    skipped = b._skipped(spec, why)
+    assert skipped.skipped and skipped.dst == "none" and skipped.src == "cuda:0" and skipped.gbps is None
+
+
+def test_pinned_variant_is_skipped_where_the_device_has_no_pinned_host_memory():
+    b = planned([gpu(0, kinds=("device",))], directions=("h2d",), variants=("pinned",), sizes_bytes=(MIB,))
+    (spec,) = b.plan()[0]
+    assert b._cannot_run(spec) == "skipped: cuda:0 has no pinned_host memory"
+
+
+def test_a_size_the_device_cannot_hold_is_skipped_with_the_figures():
+    b = planned([gpu(0, limit=2 * GIB, in_use=GIB)], directions=("h2d",), sizes_bytes=(512 * MIB,))
+    (spec,) = b.plan()[0]
+    assert b._cannot_run(spec) == "skipped: needs about 1.5 GiB on cuda:0, 1.0 GiB free"
+
+
+def test_mesh_layouts_span_every_device_and_round_sharded_sizes_down():
+    b = planned([gpu(i) for i in range(3)], layouts=("sharded", "replicated"), directions=("h2d", "d2d"), sizes_bytes=(MIB,))
+    specs = b.plan()[0]
+    assert [(s.layout, s.direction) for s in specs] == [("sharded", "h2d"), ("sharded", "d2d"), ("replicated", "h2d"), ("replicated", "d2d")]
+    assert all(len(s.devices) == 3 for s in specs)
+    sharded_h2d = specs[0]
+    assert (b._endpoint(sharded_h2d.src, sharded_h2d), b._endpoint(sharded_h2d.dst, sharded_h2d)) == ("host", "cuda:all")
+    fitted, note = b._fit_to_mesh(sharded_h2d)
+    assert fitted.size == MIB - MIB % 3 and note == f"rounded down to {MIB - MIB % 3} bytes, a multiple of 3 devices"
+    assert b._fit_to_mesh(specs[2]) == (specs[2], None)  # replicated arrays are not split
+    broadcast = specs[3]
+    assert broadcast.src.id == 0 and broadcast.dst == "mesh"
+
+
+def test_a_cell_that_moved_no_bytes_is_zero_copy_with_no_bandwidth():
+    from devctl.probe.transfer_plan import Spec
+
+    b = planned([cpu(0), cpu(1)], sizes_bytes=(MIB,))
+    roof = m.MemcpyRoof(MIB, 50, MIB / 10e9, 10.0)
+    spec = Spec("d2h", "numpy", "single", MIB, b.local[0], None)
+    c = b._cell(spec, [1e-6, 2e-6, 3e-6], 0, True, roof, None)
+    assert c.zero_copy and c.gbps is None and c.pct_of_roof is None and c.peak_gbps is None
+    assert c.note == "zero-copy: np.asarray returns a view of the device buffer on this backend"
+    assert c.median_s == 2e-6 and c.samples == 3
+
+
+def test_a_measured_cell_has_its_rate_from_the_median_and_its_cpu_roof():
+    from devctl.probe.transfer_plan import Spec
+
+    b = planned([cpu(0), cpu(1)], sizes_bytes=(MIB,))
+    roof = m.MemcpyRoof(MIB, 50, MIB / 10e9, 10.0)
+    spec = Spec("h2d", "pageable", "single", 1_000_000, None, b.local[0])
+    c = b._cell(spec, [0.0002, 0.0004, 0.0001], 1_000_000, False, roof, "rounded down")
+    assert c.gbps == pytest.approx(5.0) and c.peak_gbps == pytest.approx(10.0)  # median 200 us, fastest 100 us
+    assert (c.roof, c.roof_gbps, c.pct_of_roof) == ("host_memcpy", 10.0, pytest.approx(50.0))
+    assert (c.src, c.dst) == ("host", "cpu:0")
+    assert c.note == "rounded down; bytes did not arrive unchanged" and c.verified is False
+
+
+def test_gpu_roofs_are_the_pcie_links_and_say_why_when_unknown():
+    from devctl.probe.transfer_plan import Spec
+
+    b = planned([gpu(i) for i in range(2)], sizes_bytes=(MIB,))
+    roof = m.MemcpyRoof(MIB, 50, MIB / 10e9, 10.0)
+    h2d = Spec("h2d", "pageable", "single", MIB, None, b.local[1])
+    d2d = Spec("d2d", "put", "single", MIB, b.local[0], b.local[1])
+    b.links = {1: m.PcieLink("cuda:1", "0000:2a:00.0", 5, 16, 5, 63.0)}
+    assert b._roof_for(h2d, roof) == ("pcie", 63.0, None)
+    assert b._roof_for(d2d, roof) == (None, None, "no roof for this path (NVLink, ICI and HBM peaks are not queried)")
+    b.links = {1: m.PcieLink("cuda:1", reason="NVML could not read the link: Not Supported")}
+    assert b._roof_for(h2d, roof) == (None, None, "NVML could not read the link: Not Supported")
+    b.links, b.pcie_reason = {}, "NVML unavailable: libnvidia-ml.so.1 not found"
+    assert b._roof_for(h2d, roof) == (None, None, "NVML unavailable: libnvidia-ml.so.1 not found")
+
+
+def test_a_sharded_h2d_roof_adds_up_the_links_of_every_device():
+    b = planned([gpu(i) for i in range(4)], layouts=("sharded", "replicated"), directions=("h2d", "d2h"), sizes_bytes=(MIB,))
+    b.links = {i: m.PcieLink(f"cuda:{i}", peak_gbps=63.0) for i in range(4)}
+    roof = m.MemcpyRoof(MIB, 50, None, None)
+    by = {(s.layout, s.direction): s for s in b.plan()[0]}
+    assert b._roof_for(by["sharded", "h2d"], roof)[1] == pytest.approx(4 * 63.0)
+    assert b._roof_for(by["replicated", "d2h"], roof)[1] == pytest.approx(63.0)  # one replica is read
+
+
+def test_devices_involved_per_layout():
+    from devctl.probe.transfer_plan import Spec, devices_involved
+
+    mesh = tuple(range(4))
+    assert devices_involved(Spec("h2d", "pageable", "single", 1, None, 0)) == 1
+    assert devices_involved(Spec("h2d", "pageable", "sharded", 1, None, "mesh", mesh)) == 4
+    assert devices_involved(Spec("d2h", "copy", "replicated", 1, "mesh", None, mesh)) == 1
+    assert devices_involved(Spec("d2d", "put", "replicated", 1, 0, "mesh", mesh)) == 3
