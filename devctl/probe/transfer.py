@@ -275,13 +275,7 @@ class Bench(Plan, Recipes):
         if verified is False:
             notes.append("bytes did not arrive unchanged")
         return m.Cell(
-            direction=spec.direction,
-            variant=spec.variant,
-            layout=spec.layout,
-            size_bytes=spec.size,
-            src=self._endpoint(spec.src, spec),
-            dst=self._endpoint(spec.dst, spec),
-            devices_involved=involved,
+            **self._what(spec),
             bytes_moved=moved,
             samples=len(samples),
             gbps=gbps,
@@ -325,16 +319,19 @@ class Bench(Plan, Recipes):
         return device_name(dev)
 
     def _skipped(self, spec: Spec, why: str) -> m.Cell:
-        return m.Cell(
+        return m.Cell(**self._what(spec), skipped=True, note=why)
+
+    def _what(self, spec: Spec) -> dict:
+        """The fields that say which cell this is: the same whether it ran or was skipped."""
+        d2d_alone = spec.direction == "d2d" and spec.dst is None  # one device: nothing to copy to
+        return dict(
             direction=spec.direction,
             variant=spec.variant,
             layout=spec.layout,
             size_bytes=spec.size,
             src=self._endpoint(spec.src, spec),
-            dst=self._endpoint(spec.dst, spec) if not (spec.direction == "d2d" and spec.dst is None) else "none",
+            dst="none" if d2d_alone else self._endpoint(spec.dst, spec),
             devices_involved=devices_involved(spec),
-            skipped=True,
-            note=why,
         )
 
     # ---- PCIe (NVIDIA only) --------------------------------------------------------------------
