@@ -13,6 +13,13 @@ from devctl.errors import UsageError
 from devctl.model.devices import PHYSICAL_VIEWS, DeviceRef
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+CsvOpt = Annotated[bool, typer.Option("--csv", help="Print the table as CSV on stdout (raw numbers, a header line).")]
+
+
+def check_output_format(json_out: bool, csv_out: bool) -> None:
+    """--json and --csv are two answers to one question: refuse both rather than pick one silently."""
+    if json_out and csv_out:
+        raise UsageError("--json and --csv are exclusive; give one")
 # Parsed by check_timeout, not typer, so a bad value is named in the error.
 TimeoutOpt = Annotated[
     Optional[str],

@@ -134,6 +134,11 @@ def print_json_line(document: dict) -> None:
     _write(json.dumps(document, separators=(",", ":"), default=str) + "\n")
 
 
+def write_stdout(text: str) -> None:
+    """Text on stdout as it is (CSV, JSON), flushed; a reader that went away ends devctl quietly."""
+    _write(text)
+
+
 def _write(text: str) -> None:
     try:
         sys.stdout.write(text)

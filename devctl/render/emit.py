@@ -1,4 +1,11 @@
-"""The one JSON-or-table switch: every command hands its finished report to emit()."""
+"""The one output switch: every command hands its finished report to emit(), which prints its table, its
+JSON document or its CSV.
+
+CSV is a table as data, for spreadsheets and logs (as amd-smi and nvidia-smi users expect): the render
+module that prints a report's table may define `csv_rows(report) -> (header, rows)`, one row per line of
+its main table, raw values (bytes, seconds, GB/s as numbers; no units, no bars); emit writes it with the
+csv module. A report whose module has no csv_rows has no --csv.
+"""
 
 from __future__ import annotations
 
@@ -20,15 +27,43 @@ TABLES: dict[str, tuple[str, str]] = {
 }
 
 
-def emit(report: Any, json_out: bool) -> None:
-    """Print one command's report on stdout: its JSON document, or its table."""
+def emit(report: Any, json_out: bool, *, csv_out: bool = False) -> None:
+    """Print one command's report on stdout: its JSON document, its CSV, or its table."""
     if json_out:
         from devctl.render.console import print_json
 
         print_json(json_document(report))
         return
     module, function = TABLES[report.schema]
-    getattr(importlib.import_module(f"devctl.render.{module}"), function)(report)
+    renderer = importlib.import_module(f"devctl.render.{module}")
+    if csv_out:
+        header, rows = renderer.csv_rows(report)
+        write_csv(header, rows)
+        return
+    getattr(renderer, function)(report)
+
+
+def has_csv(schema: str) -> bool:
+    """Whether the report with this schema id can be printed as CSV (its render module has csv_rows)."""
+    return hasattr(importlib.import_module(f"devctl.render.{TABLES[schema][0]}"), "csv_rows")
+
+
+def write_csv(header: list[str] | None, rows: list[list[Any]]) -> None:
+    """RFC 4180 CSV on stdout: a header line when given, then the rows; None is an empty field. Cells pass
+    through printable() like every table cell, so a job's command line cannot forge a line."""
+    import csv
+    import io
+
+    from devctl.render.console import write_stdout
+    from devctl.text import printable
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    if header is not None:
+        writer.writerow(header)
+    for row in rows:
+        writer.writerow(["" if v is None else printable(v) if isinstance(v, str) else v for v in row])
+    write_stdout(buffer.getvalue())
 
 
 def json_document(report: Any) -> dict:
