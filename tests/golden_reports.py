@@ -99,7 +99,7 @@ def list_cpu_broken():
         BackendInfo("cpu", BackendStatus.OK, init_s=0.038, platform_version="cpu", runtime_type="pjrt", device_count=4, priority=0),
         BackendInfo("xla_cuda12", BackendStatus.FAILED, error=cuda_error, init_s=1.204, plugin="jax_plugins.xla_cuda12",
                     summary="this machine has no NVIDIA GPU (or its driver is not loaded or not mounted into this container); JAX falls back to CPU",
-                    hint="to silence the CUDA plugin set JAX_PLATFORMS=cpu, or uninstall the CUDA extra (pip uninstall jax-cuda12-plugin jax-cuda12-pjrt jax-cuda13-plugin jax-cuda13-pjrt)",
+                    hint="to silence the CUDA plugin set JAX_PLATFORMS=cpu, or uninstall the CUDA extra (pip uninstall jax-cuda12-plugin jax-cuda12-pjrt)",
                     code="DEVCTL_FR_CUDA_PLUGIN_WITHOUT_GPU"),
         BackendInfo("mygpu", BackendStatus.FAILED, source="env", plugin="mygpu",
                     error="INVALID_ARGUMENT: Failed to open /opt/vendor/lib/libmygpu_pjrt.so: cannot open shared object file: No such file or directory",
@@ -328,21 +328,22 @@ def bench_cpu_quick():
 
 def check_gpu8():
     R, S = CheckResult, CheckStatus
+    # A check's time is its own work; the probes it read are the report's phases_s (say apart under the table).
     checks = [
         R("versions", S.WARN, "jax-cuda12-pjrt 0.9.2 is not jaxlib 0.10.2's release: JAX accepts its library (PJRT C API 0.64; jaxlib's own is 0.67, compatibility mode (same major, minor >= 29)); JAX releases and tests them only together",
-          "pip install -U 'jax[cuda12]==0.10.2'", 0.41),
-        R("plugins", S.PASS, "1 plugin(s) load: cuda", None, 0.52),
-        R("backends", S.PASS, "initialized: cuda (8 devices), cpu (1 device); default gpu", None, 6.20),
-        R("devices", S.PASS, "8 gpu device(s): NVIDIA H100 80GB HBM3 x8", None, 6.20),
-        R("compute", S.PASS, "matmul and sum agree with numpy on all 8 device(s) (largest relative error 3.1e-07, tolerance 1e-03)", None, 9.84),
-        R("transfer", S.PASS, "h2d-d2h round trips intact on 8 device(s); d2d intact on 8 pair(s)", None, 9.84),
+          "pip install -U 'jax[cuda12]==0.10.2'", 0.004),
+        R("plugins", S.PASS, "1 plugin(s) load: cuda", None, 0.01),
+        R("backends", S.PASS, "initialized: cuda (8 devices), cpu (1 device); default gpu", None, 0.0),
+        R("devices", S.PASS, "8 gpu device(s): NVIDIA H100 80GB HBM3 x8", None, 0.0),
+        R("compute", S.PASS, "matmul and sum agree with numpy on all 8 device(s) (largest relative error 3.1e-07, tolerance 1e-03)", None, 0.0),
+        R("transfer", S.PASS, "h2d-d2h round trips intact on 8 device(s); d2d intact on 8 pair(s)", None, 0.0),
         R("memory", S.FAIL, "bytes_limit 59.4 GiB on cuda:0, below --min-memory 70.0 GiB (lowest of 8)",
-          "free the GPU (devctl memstats names the process holding it), or raise XLA_CLIENT_MEM_FRACTION", 6.20),
+          "free the GPU (devctl memstats names the process holding it), or raise XLA_CLIENT_MEM_FRACTION", 0.0),
         R("bandwidth", S.WARN, "h2d 24.39 GB/s to cuda:3 is below --min-h2d 25 GB/s (lowest of 8, 256 MiB, pageable)",
-          "check the PCIe link of cuda:3 (nvidia-smi -q -d PCIE); devctl bench transfer --direction h2d --device 3", 12.31),
+          "check the PCIe link of cuda:3 (nvidia-smi -q -d PCIE); devctl bench transfer --direction h2d --device 3", 0.0),
         R("nvml-health", S.WARN, "GPU 5 (0000:ab:00.0): 2 remapped rows pending a reset; GPU 6 (0000:ba:00.0): thermal slowdown active (HW_THERMAL_SLOWDOWN), 88 C",
-          "drain this host and reset GPU 5 (nvidia-smi -r -i 5); check the cooling of GPU 6", 0.37),
-        R("host", S.PASS, "2015.0 GiB RAM, 1780.0 GiB available, /dev/shm 1008.0 GiB, 224 CPUs", None, 0.02),
+          "drain this host and reset GPU 5 (nvidia-smi -r -i 5); check the cooling of GPU 6", 0.0),
+        R("host", S.PASS, "2015.0 GiB RAM, 1780.0 GiB available, /dev/shm 1008.0 GiB, 224 CPUs", None, 0.0),
         R("tpu", S.SKIP, "no TPU chip on this machine", None, 0.01),
         R("env", S.PASS, "3 relevant variable(s) set, none with a problem: CUDA_VISIBLE_DEVICES, XLA_FLAGS, XLA_PYTHON_CLIENT_PREALLOCATE", None, 0.0),
     ]  # fmt: skip
@@ -350,7 +351,35 @@ def check_gpu8():
         schema="devctl.check/1", devctl_version="0.1.0", timestamp=TIMESTAMP, hostname="dgx-h100-07", status="fail",
         strict=False,
         expectations=Expectations(platforms=("gpu",), min_devices=8, device_kind="H100", min_memory_bytes=70 * GIB, min_h2d_gbps=25.0),
-        checks=checks, phases_s={"inventory": 6.2, "environment": 0.41, "health": 9.84, "bandwidth": 12.31}, elapsed_s=12.6,
+        checks=checks, phases_s={"inventory": 6.2, "environment": 0.41, "health": 6.07, "nvml": 0.37}, elapsed_s=12.6,
+    )  # fmt: skip
+
+
+def check_cluster_gpu2x8():
+    """`devctl check --distributed --only versions,devices,memory,env` on two 8-GPU hosts; the second runs a newer jaxlib."""
+    from devctl.model.check import cluster_check_name
+
+    R, S = CheckResult, CheckStatus
+    hosts = ["dgx-h100-07", "dgx-h100-08"]
+    per_process = [
+        [R("versions", S.PASS, "jax 0.10.2, jaxlib 0.10.2, jax-cuda12-plugin 0.10.2: consistent", None, 0.0),
+         R("devices", S.PASS, "8 gpu device(s): NVIDIA H100 80GB HBM3 x8", None, 0.0),
+         R("memory", S.PASS, "bytes_limit 59.4 GiB per device (lowest of 8)", None, 0.0),
+         R("env", S.PASS, "1 relevant variable(s) set, none with a problem: XLA_FLAGS", None, 0.0)],
+        [R("versions", S.FAIL, "jaxlib 0.11.0 needs jax 0.11.0, found jax 0.10.2: import jax fails", "pip install -U 'jax[cuda12]==0.11.0'", 0.0),
+         R("devices", S.PASS, "8 gpu device(s): NVIDIA H100 80GB HBM3 x8", None, 0.0),
+         R("memory", S.PASS, "bytes_limit 55.4 GiB per device (lowest of 8)", None, 0.0),
+         R("env", S.PASS, "1 relevant variable(s) set, none with a problem: XLA_FLAGS", None, 0.0)],
+    ]  # fmt: skip
+    checks = [
+        CheckResult(cluster_check_name(r.name, hosts[i], i), r.status, r.message, r.remediation, r.duration_s,
+                    {"check": r.name, "hostname": hosts[i], "process_index": i})
+        for i, results in enumerate(per_process) for r in results
+    ]  # fmt: skip
+    return CheckReport(
+        schema="devctl.check/1", devctl_version="0.1.0", timestamp=TIMESTAMP, hostname="2 processes on dgx-h100-07, dgx-h100-08",
+        status="fail", strict=False, expectations=Expectations(), checks=checks,
+        phases_s={"inventory": 6.41, "environment": 0.44}, elapsed_s=8.9,
     )  # fmt: skip
 
 
@@ -376,7 +405,7 @@ def doctor_cpu_broken():
             evidence=["jax_plugins.xla_cuda12.initialize() raised RuntimeError: ... cuInit(0) failed: Unknown CUDA error 303",
                       "NVML: libnvidia-ml.so.1 not found", "2 NVIDIA GPU(s) on the PCI bus, bound to vfio-pci"],
             cause="the GPUs are passed through to a VM (vfio-pci), so the nvidia driver does not drive them here; JAX logs the plugin's error and falls back to CPU",
-            fix="to silence the CUDA plugin set JAX_PLATFORMS=cpu, or uninstall the CUDA extra (pip uninstall jax-cuda12-plugin jax-cuda12-pjrt jax-cuda13-plugin jax-cuda13-pjrt)",
+            fix="to silence the CUDA plugin set JAX_PLATFORMS=cpu, or uninstall the CUDA extra (pip uninstall jax-cuda12-plugin jax-cuda12-pjrt)",
             references=["https://docs.jax.dev/en/latest/installation.html#nvidia-gpu"],
             checks=["plugins"], code="DEVCTL_FR_CUDA_PLUGIN_WITHOUT_GPU",
         ),
@@ -462,6 +491,7 @@ VIEWS = {
     "bench-transfer-gpu8": bench_gpu8,
     "bench-transfer-cpu-quick": bench_cpu_quick,
     "check-gpu8": check_gpu8,
+    "check-cluster-gpu2x8": check_cluster_gpu2x8,
     "doctor-cpu-broken": doctor_cpu_broken,
     "doctor-gpu8-ok": doctor_gpu8_ok,
 }

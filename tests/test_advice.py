@@ -46,6 +46,8 @@ def test_cuda_plugin_failure_is_read_against_the_machine(hw, code):
     if code == "cuda-plugin-without-gpu":
         assert advice.fix_env == {"JAX_PLATFORMS": "cpu"} and "reinstall" not in advice.fix
         assert "CUDA_VISIBLE_DEVICES" not in advice.fix and "--gpus" not in advice.fix
+        # Only the series that failed here is named for uninstall: cuda13's packages are not installed.
+        assert "pip uninstall jax-cuda12-plugin jax-cuda12-pjrt)" in advice.fix and "cuda13" not in advice.fix
 
 
 def test_rocm_plugin_without_amd_gpu():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import subprocess
@@ -11,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import ROOT, assert_usage_error, devctl_env, run_devctl, validate_schema
+from conftest import ROOT, assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
 from hosttrees import nvidia_host, tpu_v4_host, tpu_v5e_host
 from plugin_packages import write_plugin
 
@@ -408,3 +410,43 @@ def test_check_on_a_real_gpu():
     assert checks["backends"]["status"] == "pass" and checks["compute"]["status"] == "pass"
     assert checks["memory"]["status"] == "pass" and checks["transfer"]["status"] == "pass"
     assert proc.returncode == (1 if doc["status"] == "fail" else 0)
+
+
+# ---- what each verdict and figure says (issue 13) -----------------------------------------------------
+
+
+def test_an_expected_gpu_on_a_cpu_runner_is_missing_not_measured_on_the_cpu():
+    """--platform gpu with --min-h2d on a CPU-only runner: no GPU to measure, and the CPU does not stand in."""
+    proc = run_devctl(
+        "check", "--platform", "gpu", "--min-h2d", "10GB/s", "--min-memory", "1GiB",
+        "--only", "backends,compute,memory,bandwidth", "--json", env=devctl_env(devices=4),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    checks = {c["name"]: c for c in doc["checks"]}
+    for name in ("compute", "bandwidth"):
+        assert checks[name]["status"] == "fail", checks[name]
+        assert "no gpu backend initialized" in checks[name]["message"], checks[name]
+    assert not checks["bandwidth"]["details"].get("cells"), "a CPU was measured for a missing GPU"
+    assert "health" not in doc["phases_s"]  # nothing to run the health child on: it never started
+
+
+def test_a_checks_time_is_its_own_and_the_shared_probes_are_timed_apart():
+    doc = run_json("check", "--only", "backends,devices,compute,transfer,bandwidth", env=devctl_env(devices=2))
+    checks = {c["name"]: c for c in doc["checks"]}
+    phases = doc["phases_s"]
+    assert phases["inventory"] > 0 and phases["health"] > 0, phases
+    # The first check to read the backend probe used to carry its whole time, and the next ones none.
+    assert checks["backends"]["duration_s"] < phases["inventory"], (checks["backends"], phases)
+    assert checks["compute"]["duration_s"] < phases["health"], (checks["compute"], phases)
+
+
+def test_memory_names_what_it_left_out_and_csv_has_every_row():
+    proc = run_devctl("check", "--min-memory", "1GiB", "--only", "memory", env=devctl_env(devices=5))
+    assert proc.returncode == 1, proc.stderr
+    assert "cpu:0, cpu:1, cpu:2 (and 2 more) report no memory_stats()" in proc.stdout, proc.stdout
+    proc = run_devctl("check", "--only", "devices,env", "--csv", env=devctl_env(devices=2))
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+    assert [r["check"] for r in rows] == ["devices", "env"]
+    assert all(r["status"] == "pass" and float(r["duration_s"]) >= 0 and r["hostname"] for r in rows), rows

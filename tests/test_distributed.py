@@ -455,6 +455,17 @@ def test_check_distributed_one_report_with_each_host_named_and_exit_1_when_one_f
     assert failing == [failed[0]["name"]] and "process 1" in failing[0]
 
 
+def test_check_distributed_table_says_host_and_process_on_every_row():
+    port = free_port()
+    common = ("--timeout", OK_TIMEOUT, "--only", "versions,devices")
+    (rc0, out0, err0), (rc1, _, err1) = finish([start("check", i, 2, port, *common) for i in range(2)])
+    assert rc0 == 0 and rc1 == 0, (err0, err1)
+    header, *rows = [line.split() for line in out0.splitlines() if line.split() and line.split()[0] in ("check", "versions", "devices")]
+    assert header[:4] == ["check", "host", "process", "status"], out0
+    host = socket.gethostname()
+    assert sorted((r[0], r[1], r[2]) for r in rows) == sorted((c, host, str(i)) for c in ("versions", "devices") for i in (0, 1)), out0
+
+
 # ---------------------------------------------------------------- clusters started wrongly: the culprit named on every process
 
 

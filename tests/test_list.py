@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 
-from conftest import devctl_env, run_devctl, run_json, validate_schema
+from conftest import assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
 from hosttrees import amd_host, base_host, nvidia_host, tpu_v4_host, tpu_v5e_host
 
 
@@ -30,6 +32,25 @@ def test_list_table_groups_devices_and_is_plain_off_a_terminal():
     assert "─" not in proc.stdout and "│" not in proc.stdout  # no box drawing off a terminal
     padded = [line for line in proc.stdout.splitlines() if line != line.rstrip()]
     assert not padded, padded  # nothing at a line's end for diff and grep '...$' to trip on
+
+
+def test_list_csv_is_one_row_per_device_with_raw_values():
+    proc = run_devctl("list", "--csv", env=devctl_env(devices=3))
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+    assert [(r["platform"], r["id"]) for r in rows] == [("cpu", "0"), ("cpu", "1"), ("cpu", "2")]
+    assert all(r["default_memory_kind"] in r["memory_kinds"].split(";") for r in rows), rows
+    assert_usage_error(run_devctl("list", "--csv", "--json"), "--json and --csv are exclusive")
+
+
+def test_a_cpu_only_machine_says_no_tpu_quietly():
+    """JAX skips the TPU backend without a word where there is no chip; so does the table (--json keeps the error)."""
+    proc = run_devctl("list", env=devctl_env(devices=1))
+    assert proc.returncode == 0, proc.stderr
+    tpu = next(b for b in run_json("list", env=devctl_env(devices=1))["backends"] if b["platform"] == "tpu")
+    assert tpu["status"] == "skipped" and tpu["error"]
+    assert "no TPU here" in proc.stdout and tpu["error"] not in proc.stdout
+    assert "backends not in use" not in proc.stdout, proc.stdout
 
 
 def test_platform_filter_limits_backends():

@@ -196,7 +196,7 @@ def test_inventory_renderer(console):
         jax_outcome=JaxOutcome(result="raises", error=f"RuntimeError: {PATH}", code=BOLD, summary=LINK, fix=SPEC),
     )  # fmt: skip
     render_inventory(inv)
-    assert_shown(shown(console), *PAYLOADS, f"cannot load {PATH}", f"{SPEC} ({LINK})")
+    assert_shown(shown(console), *PAYLOADS, f"cannot load {PATH}")
 
 
 def test_plugins_renderer(console):
@@ -207,7 +207,7 @@ def test_plugins_renderer(console):
         PluginReport(name=BOLD, source=PluginSource.ENV, status=PluginStatus.FILE_MISSING, library_path="/tmp/[x]/lib.so",
                      pjrt_api_version=None, attributes={"k": LINK}, error=PATH, distribution=SPEC, notes=(LINK,)),
     ]))  # fmt: skip
-    assert_shown(shown(console), BOLD, "/tmp/[x]/lib.so", f"k={LINK}", f"file missing: {PATH}", SPEC, f"{BOLD}: {LINK}")
+    assert_shown(shown(console), BOLD, "/tmp/[x]/lib.so", f"k={LINK}", "file missing", PATH, SPEC, f"{BOLD}: {LINK}")
 
 
 def test_check_renderer(console):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -205,6 +208,39 @@ def test_watch_survives_a_corrupt_snapshot_and_a_publisher_that_exits(publisher,
     assert len(rest) == 7
     assert proc.pid not in [p["pid"] for p in rest[-1]["publishers"]]
     assert not (runtime_dir / f"{proc.pid}.json").exists()  # stale: removed
+    # The job's going is said once, in the sample where it went: a person watching sees why its row vanished.
+    said = [p for doc in rest for p in doc["problems"] if p.startswith(f"job {proc.pid} ")]
+    assert len(said) == 1 and said[0].endswith(" exited"), [doc["problems"] for doc in rest]
+
+
+def test_watch_piped_says_when_each_sample_was_taken_and_that_a_job_exited(publisher):
+    proc, env = publisher
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "devctl", "memstats", "--watch", "--count", "6", "--interval", "0.5"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    first = readline(watch, START_TIMEOUT_S, "devctl memstats --watch")
+    assert re.fullmatch(r"sample 1 at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\n", first), first
+    proc.kill()
+    proc.wait()
+    out, err = watch.communicate(timeout=60)
+    assert watch.returncode == 0, err
+    stamps = re.findall(r"^sample (\d+) at ", first + out, re.M)
+    assert stamps == ["1", "2", "3", "4", "5", "6"]
+    assert len(re.findall(rf"^problem: job {proc.pid} \(.*job\.py.*\) exited$", out, re.M)) == 1, out
+
+
+def test_watch_csv_is_one_log_under_one_header(runtime_dir):
+    env = devctl_env(devices=2, DEVCTL_RUNTIME_DIR=str(runtime_dir))
+    proc = run_devctl("memstats", "--watch", "--count", "3", "--interval", "0.1", "--csv", env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.reader(io.StringIO(proc.stdout)))
+    header, data = rows[0], rows[1:]
+    assert header[:3] == ["timestamp", "hostname", "device"]
+    assert [r[2] for r in data] == ["cpu:0", "cpu:1"] * 3  # two devices, three samples, one header
+    times = sorted({float(r[0]) for r in data})
+    assert len(times) == 3
+    assert all(int(r[header.index("bytes_limit")] or 0) >= 0 for r in data)
 
 
 def test_sigint_ends_watch_with_130_and_no_traceback(runtime_dir):

@@ -35,6 +35,7 @@ from oracle import disagreements, jax_truth
 from plugin_packages import write_plugin
 
 from devctl.checks.advice import code_of, no_nvidia_gpu
+from devctl.model.list_ import BackendInfo, BackendStatus
 
 pytestmark = pytest.mark.heavy
 
@@ -163,9 +164,12 @@ def test_cuda_extra_on_a_machine_without_gpu(name, tmp_path):
     doc, truth = _predicted(python, env, "ok", tmp_path)
     (row,) = _plugin_rows(doc, "cuda")
     assert truth["broken_plugins"] == [row["plugin"]]
-    advice = no_nvidia_gpu()
+    advice = no_nvidia_gpu(BackendInfo(platform=row["platform"], status=BackendStatus.FAILED, plugin=row["plugin"]))
     assert row["code"] == advice.code == "DEVCTL_FR_CUDA_PLUGIN_WITHOUT_GPU", row
     assert row["hint"] == advice.fix and advice.fix_env == {"JAX_PLATFORMS": "cpu"}
+    # The uninstall names the series installed here, not both.
+    other = "cuda13" if "cuda12" in name else "cuda12"
+    assert name.split("-")[0] in row["hint"] and other not in row["hint"], row["hint"]
     _assert_not_misled(f"{row['hint']} {row['summary']}")
     # What JAX's log shows as the reason, chained causes included (CUPTI error 999, cuInit 303), is kept.
     causes = _logged_causes(truth["stderr"], row["plugin"])

@@ -88,11 +88,19 @@ def _rocm_packages(row: BackendInfo) -> str:
     return f"jax-rocm{series}-plugin jax-rocm{series}-pjrt"
 
 
-def no_nvidia_gpu() -> Advice:
+def _cuda_packages(row: BackendInfo | None) -> str:
+    """The distributions that provide the failing CUDA plugin (jax_plugins.xla_cuda13 -> jax-cuda13-plugin
+    jax-cuda13-pjrt): only what is installed is named. A row that names no series: both series' names."""
+    match = re.search(r"cuda(\d+)", (row.plugin or "") if row else "")
+    series = [match.group(1)] if match else ["12", "13"]
+    return " ".join(f"jax-cuda{s}-plugin jax-cuda{s}-pjrt" for s in series)
+
+
+def no_nvidia_gpu(row: BackendInfo | None = None) -> Advice:
     return Advice(
         "cuda-plugin-without-gpu",
         "this machine has no NVIDIA GPU (or its driver is not loaded or not mounted into this container); JAX falls back to CPU",
-        "to silence the CUDA plugin set JAX_PLATFORMS=cpu, or uninstall the CUDA extra (pip uninstall jax-cuda12-plugin jax-cuda12-pjrt jax-cuda13-plugin jax-cuda13-pjrt)",
+        f"to silence the CUDA plugin set JAX_PLATFORMS=cpu, or uninstall the CUDA extra (pip uninstall {_cuda_packages(row)})",
         {"JAX_PLATFORMS": "cpu"},
     )
 
@@ -118,7 +126,7 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None) -> A
             "in a container, start it with the NVIDIA runtime (docker run --gpus all, or the NVIDIA device plugin in Kubernetes) so the driver libraries are mounted; on a host, install the NVIDIA driver",
         )
     if broken and _is_cuda(row) and nvidia_evidence(hw) is None:
-        return no_nvidia_gpu()
+        return no_nvidia_gpu(row)
     if broken and _is_rocm(row) and not amd_present(hw):
         # Unlike the CUDA plugin's, the ROCm plugin's initialize() counts AMD GPUs before it reads
         # JAX_PLATFORMS (jax-rocm7-plugin 0.10.2): JAX logs its error under JAX_PLATFORMS=cpu too.

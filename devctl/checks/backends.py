@@ -156,7 +156,7 @@ def check_memory(ctx: Context) -> Verdict:
         )
     if unknown:
         return failed(
-            f"cannot verify {format_bytes(want)}: {', '.join(unknown[:3])} report no memory_stats()",
+            f"cannot verify {format_bytes(want)}: {join(unknown, 3, ', ')} report no memory_stats()",
             "run on a backend that reports memory_stats() (CUDA, ROCm, TPU), or drop --min-memory",
             **details,
         )

@@ -11,6 +11,7 @@ from devctl.model.check import (
     CheckResult,
     CheckStatus,
     Expectations,
+    cluster_check_name,
 )
 from devctl.version import __version__
 
@@ -18,16 +19,20 @@ from devctl.version import __version__
 def merge_reports(reports: list[dict[str, Any]], *, strict: bool, expectations: Expectations, elapsed_s: float) -> CheckReport:
     """One CheckReport from every process's `devctl.check/1` document (list position = process index).
 
-    Each case is named `check [hostname process i]`, so a JUnit reader or a
-    person sees which host failed; the cluster fails when any host does.
+    Each case is named `check [hostname process i]` (model.check.cluster_check_name), so a JUnit reader or a
+    person sees which host failed; the cluster fails when any host does. Each shared probe's time is the
+    slowest process's: the one the cluster waited for.
     """
     checks: list[CheckResult] = []
+    phases_s: dict[str, float] = {}
     for index, doc in enumerate(reports):
         host = doc.get("hostname") or "?"
+        for phase, seconds in (doc.get("phases_s") or {}).items():
+            phases_s[phase] = max(phases_s.get(phase, 0.0), seconds)
         for c in doc.get("checks", []):
             checks.append(
                 CheckResult(
-                    name=f"{c['name']} [{host} process {index}]",
+                    name=cluster_check_name(c["name"], host, index),
                     status=CheckStatus(c["status"]),
                     message=c["message"],
                     remediation=c.get("remediation"),
@@ -47,6 +52,6 @@ def merge_reports(reports: list[dict[str, Any]], *, strict: bool, expectations: 
         strict=strict,
         expectations=expectations,
         checks=checks,
-        phases_s={},
+        phases_s=phases_s,
         elapsed_s=elapsed_s,
     )

@@ -10,13 +10,22 @@ if TYPE_CHECKING:
     # collect/ runs the checks and hands each its Context: named here for the checker only (no runtime import upward).
     from devctl.collect.check_context import Context
 
-_NO_BACKEND = "no JAX backend initialized, so there is no device to run on (see the backends check)"
+def _no_device(ctx: Context) -> str:
+    """Why the health child had nothing to run on: no backend at all, or none of the expected platforms
+    (another platform that did initialize must not stand in for it: a CPU measured for a missing GPU)."""
+    expected = ctx.expectations.platforms
+    if expected:
+        scope = "/".join(expected)
+        return f"no {scope} backend initialized, so there is no {scope} device to run on (see the backends check)"
+    return "no JAX backend initialized, so there is no device to run on (see the backends check)"
 
 
-def _probe(ctx: Context):
+def _probe(ctx: Context, *, required: bool):
+    """The health child's result, or the verdict when it had nothing to run on: a failure when `required`."""
     health = ctx.health()
     if health is None:
-        return None, skipped(_NO_BACKEND) if not ctx.expectations.platforms else failed(_NO_BACKEND, "run devctl doctor")
+        why = _no_device(ctx)
+        return None, failed(why, "run devctl doctor for a diagnosis") if required else skipped(why)
     return health, None
 
 
@@ -52,7 +61,7 @@ def _trials_verdict(health, tests: tuple[str, ...], what: str, remedy: str) -> V
 
 
 def check_compute(ctx: Context) -> Verdict:
-    health, early = _probe(ctx)
+    health, early = _probe(ctx, required=bool(ctx.expectations.platforms))
     if early:
         return early
     bad = _trials_verdict(
@@ -71,7 +80,7 @@ def check_compute(ctx: Context) -> Verdict:
 
 
 def check_transfer(ctx: Context) -> Verdict:
-    health, early = _probe(ctx)
+    health, early = _probe(ctx, required=bool(ctx.expectations.platforms))
     if early:
         return early
     bad = _trials_verdict(
@@ -92,10 +101,11 @@ def check_transfer(ctx: Context) -> Verdict:
 
 
 def check_bandwidth(ctx: Context) -> Verdict:
-    health, early = _probe(ctx)
+    want = ctx.expectations.min_h2d_gbps
+    # As memory: nothing to measure fails only an expectation about the figure.
+    health, early = _probe(ctx, required=want is not None)
     if early:
         return early
-    want = ctx.expectations.min_h2d_gbps
     cells = [c for c in health.h2d_cells if c.direction == "h2d"]
     details = {
         "cells": [

@@ -37,7 +37,7 @@ def worst(verdicts: list[Verdict]) -> CheckStatus:
     return min((v.status for v in verdicts), key=order.index, default=CheckStatus.PASS)
 
 
-def join(parts: list[str], limit: int = 3) -> str:
-    """'a; b; c (and 4 more)': keeps a message to one readable line."""
-    shown = "; ".join(parts[:limit])
+def join(parts: list[str], limit: int = 3, sep: str = "; ") -> str:
+    """'a; b; c (and 4 more)': keeps a message to one readable line, and says what it left out."""
+    shown = sep.join(parts[:limit])
     return shown + (f" (and {len(parts) - limit} more)" if len(parts) > limit else "")

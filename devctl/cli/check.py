@@ -14,10 +14,12 @@ import typer
 from devctl.checks import CHECK_NAMES
 from devctl.cli.cluster import cluster_options
 from devctl.cli.options import (
+    CsvOpt,
     HostRootOpt,
     JsonOpt,
     TimeoutOpt,
     check_host_root,
+    check_output_format,
     check_output_path,
     check_platforms,
     check_timeout,
@@ -73,6 +75,7 @@ def check(
         ),
     ] = None,
     host_root: HostRootOpt = "/",
+    csv_out: CsvOpt = False,
     *,
     cluster: ClusterParams | None,
     all_print: bool,
@@ -91,9 +94,10 @@ def check(
         )
     )  # fmt: skip
     root = check_host_root(host_root)
+    check_output_format(json_out, csv_out)
     junit_to_stdout = junit_xml == "-"
-    if junit_to_stdout and json_out:
-        raise UsageError("--junit-xml - and --json would both write to stdout; give --junit-xml a file")
+    if junit_to_stdout and (json_out or csv_out):
+        raise UsageError(f"--junit-xml - and {'--json' if json_out else '--csv'} would both write to stdout; give --junit-xml a file")
     if junit_xml is not None and not junit_to_stdout:
         check_output_path("--junit-xml", junit_xml)
 
@@ -121,7 +125,7 @@ def check(
         sys.stdout.write(render.junit_xml(report))
         sys.stdout.flush()
     else:
-        emit(report, json_out)
+        emit(report, json_out, csv_out=csv_out)
     if junit_xml is not None and not junit_to_stdout:
         # After the report is shown: a full disk costs the XML file (exit 2), not the verdicts.
         write_output("--junit-xml", junit_xml, render.junit_xml(report).encode("utf-8"))

@@ -9,10 +9,12 @@ import typer
 
 from devctl.cli.cluster import cluster_options
 from devctl.cli.options import (
+    CsvOpt,
     HostRootOpt,
     JsonOpt,
     TimeoutOpt,
     check_host_root,
+    check_output_format,
     check_timeout,
     parse_devices,
 )
@@ -42,13 +44,15 @@ def memstats(
     count: Annotated[Optional[str], typer.Option("--count", "-c", metavar="N", help="Stop after N refreshes.")] = None,
     timeout: TimeoutOpt = None,
     host_root: HostRootOpt = "/",
+    csv_out: CsvOpt = False,
     *,
     cluster: ClusterParams | None,
     all_print: bool,
 ) -> None:
     """Device memory: the allocator view (memory_stats), the driver view (NVML), the host view, and running jobs' own views."""
+    check_output_format(json_out, csv_out)
     if cluster is not None:
-        _memstats_cluster(json_out, timeout, host_root, cluster, all_print, device=device, watch=watch, count=count, interval=interval)
+        _memstats_cluster(json_out, csv_out, timeout, host_root, cluster, all_print, device=device, watch=watch, count=count, interval=interval)
         return
 
     interval_s = _interval(interval)
@@ -69,12 +73,12 @@ def memstats(
     if not watch:
         from devctl.render import emit
 
-        emit(first, json_out)
+        emit(first, json_out, csv_out=csv_out)
         return
-    _watch(sampler, first, interval_s, samples, json_out)
+    _watch(sampler, first, interval_s, samples, "json" if json_out else "csv" if csv_out else "table")
 
 
-def _memstats_cluster(json_out: bool, timeout, host_root: str, params: ClusterParams, all_print: bool, **single_host_only) -> None:
+def _memstats_cluster(json_out: bool, csv_out: bool, timeout, host_root: str, params: ClusterParams, all_print: bool, **single_host_only) -> None:
     from devctl.collect.distributed import cluster_memstats
 
     # The cluster view is one snapshot of every device of every process.
@@ -93,7 +97,7 @@ def _memstats_cluster(json_out: bool, timeout, host_root: str, params: ClusterPa
     if report is not None:  # None: not process 0, which prints the cluster
         from devctl.render import emit
 
-        emit(report, json_out)
+        emit(report, json_out, csv_out=csv_out)
 
 
 def _interval(text: str | None) -> float:
@@ -116,15 +120,18 @@ def _count(text: str | None) -> int | None:
     return int(text)
 
 
-def _watch(sampler, first, interval_s: float, samples: int | None, json_out: bool) -> None:
+def _watch(sampler, first, interval_s: float, samples: int | None, output: str) -> None:
+    """Sample until Ctrl-C or --count: a live view on a terminal; off one, every sample in full with its time
+    (`output` "table"), one JSON document per line ("json"), or CSV rows under one header ("csv"), as a log."""
     from devctl.discovery.nvml import nvml_session
     from devctl.model import to_jsonable
     from devctl.render.console import out, print_json_line, stdout_is_terminal
-    from devctl.render.memstats import WatchView, render_snapshot
+    from devctl.render.emit import write_csv
+    from devctl.render.memstats import WatchView, csv_rows, render_snapshot, stamp
 
     view = WatchView()
     live = None
-    if not json_out and stdout_is_terminal():
+    if output == "table" and stdout_is_terminal():
         from rich.live import Live
 
         live = Live(console=out(), auto_refresh=False, transient=False)
@@ -138,11 +145,15 @@ def _watch(sampler, first, interval_s: float, samples: int | None, json_out: boo
             while True:
                 n += 1
                 view.add(snapshot)
-                if json_out:
+                if output == "json":
                     print_json_line(to_jsonable(snapshot))
+                elif output == "csv":
+                    header, rows = csv_rows(snapshot)
+                    write_csv(header if n == 1 else None, rows)
                 elif live is not None:
                     live.update(view.renderable(snapshot, interval_s, n), refresh=True)
                 else:
+                    out().print(f"sample {n} at {stamp(snapshot.timestamp)}", markup=False, highlight=False)
                     render_snapshot(snapshot)
                     out().print("")
                 if samples is not None and n >= samples:

@@ -50,11 +50,7 @@ def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.Transfe
     plan = next(e for e in events if e.get("event") == "plan")
     done = next(e for e in reversed(events) if e.get("event") == "done")
     cells = tuple(from_dict(m.Cell, e) for e in events if e.get("event") == "cell")
-    memcpy = tuple(
-        m.MemcpyRoof(e["size_bytes"], e["samples"], e["median_s"], e["gbps"], e.get("note"))
-        for e in events
-        if e.get("event") == "roof"
-    )
+    memcpy = tuple(from_dict(m.MemcpyRoof, e) for e in events if e.get("event") == "roof")
     pcie = tuple(from_dict(m.PcieLink, link) for link in done.get("pcie", []))
     devices = tuple(from_dict(m.BenchDevice, d) for d in plan["devices"])
     # The child's plan carries every other key of a BenchEnvironment (devctl.probe.transfer.Bench._environment).

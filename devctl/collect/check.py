@@ -44,9 +44,14 @@ def select(only: list[str] | None, skip: list[str]) -> list[str]:
 
 
 def run_checks(ctx: Context, on_result: Callable[[CheckResult], None] | None = None) -> list[CheckResult]:
-    """Each selected check in order; a check that raises becomes a failure naming the error, not a traceback."""
+    """Each selected check in order; a check that raises becomes a failure naming the error, not a traceback.
+
+    A check's duration is its own work: the shared probes it waited for (the first check to ask waits for
+    the whole backend probe, the next ones for nothing) are timed apart, in the report's phases_s.
+    """
     results = []
     for name in ctx.checks:
+        ctx.take_wait_s()
         started = time.monotonic()
         try:
             verdict = CHECKS[name](ctx)
@@ -58,7 +63,8 @@ def run_checks(ctx: Context, on_result: Callable[[CheckResult], None] | None = N
                 f"devctl could not run this check: {type(e).__name__}: {' '.join(str(e).split())}",
                 "rerun with DEVCTL_DEBUG=1 and report it",
             )
-        result = CheckResult(name, verdict.status, verdict.message, verdict.remediation, round(time.monotonic() - started, 3), verdict.details)
+        own_s = max(0.0, time.monotonic() - started - ctx.take_wait_s())
+        result = CheckResult(name, verdict.status, verdict.message, verdict.remediation, round(own_s, 3), verdict.details)
         results.append(result)
         if on_result:
             on_result(result)

@@ -3,6 +3,10 @@
 Each piece is computed at most once, in the background as soon as the
 selected checks are known to need it, so twelve checks cost two JAX starts
 (the backend probe and the health child) and not twelve.
+
+The time of each piece is its own (phases_s), not the time of whichever check
+happened to ask first: a check's duration is its own work, without its waits
+for shared pieces (take_wait_s), and the report shows the pieces apart.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ class Context:
         self.checks = list(checks)
         self.needs: set[str] = set().union(*(NEEDS[c] for c in checks)) if checks else set()
         self.phases_s: dict[str, float] = {}
+        self._runner = threading.get_ident()  # the thread that runs the checks, whose waits are counted
+        self._waited_s = 0.0
         self._lock = threading.Lock()
         self._futures: dict[str, Future] = {}
         self._pool = ThreadPoolExecutor(max_workers=6, thread_name_prefix="devctl-check")
@@ -80,6 +86,11 @@ class Context:
             self._submit("health", self._run_health)
         if "nvml" in self.needs:
             self._submit("nvml", self._collect_nvml)
+        if "inventory" not in self.needs:  # else both come with the inventory
+            if "hardware" in self.needs:
+                self._submit("hardware", self._discover_hardware)
+            if "host" in self.needs:
+                self._submit("host", self._host_info)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -143,6 +154,19 @@ class Context:
         ok.sort(key=lambda b: (not self.expectations.wants_platform(b.platform), -(b.priority or 0)))
         return [b.platform for b in ok]
 
+    def health_platforms(self) -> list[str]:
+        """Where the health child runs: the expected platforms that initialized (none: nothing to run on, and the
+        checks say so; a CPU must not stand in for a missing GPU), else every platform that initialized."""
+        ok = self.ok_platforms()
+        if self.expectations.platforms:
+            return [p for p in ok if self.expectations.wants_platform(p)]
+        return ok
+
+    def take_wait_s(self) -> float:
+        """Seconds the checks' thread waited for shared pieces since the last call (the runner subtracts them)."""
+        waited, self._waited_s = self._waited_s, 0.0
+        return waited
+
     # ---- how each piece is made -----------------------------------------------------------------
 
     def _submit(self, key: str, fn: Callable[[], Any]) -> Future:
@@ -152,15 +176,24 @@ class Context:
             return self._futures[key]
 
     def _get(self, key: str, fn: Callable[[], Any]) -> Any:
-        return self._submit(key, fn).result()
+        future = self._submit(key, fn)
+        if future.done() or threading.get_ident() != self._runner:
+            return future.result()
+        started = time.monotonic()
+        try:
+            return future.result()
+        finally:
+            self._waited_s += time.monotonic() - started
 
     def _timed(self, key: str, fn: Callable[[], Any]) -> Any:
         started = time.monotonic()
         try:
             return fn()
         finally:
-            # The health child waits for the inventory first; its own time is recorded apart (see _run_health).
-            self.phases_s.setdefault(key, round(time.monotonic() - started, 3))
+            # The health child waits for the inventory first: it records its own time, from its request on
+            # (_run_health), and none when there was nothing to run it on.
+            if key != "health":
+                self.phases_s[key] = round(time.monotonic() - started, 3)
 
     def _collect_inventory(self) -> Inventory:
         from devctl.collect.list_ import collect_inventory
@@ -176,7 +209,7 @@ class Context:
     def _run_health(self) -> HealthProbeResult | None:
         from devctl.probe.health import cancel_health_probe, run_health_probe
 
-        platforms = self.ok_platforms()  # waits for the inventory (if that raises, close() cancels the child)
+        platforms = self.health_platforms()  # waits for the inventory (if that raises, close() cancels the child)
         child, self._health_child = self._health_child, None
         if not platforms:
             if child is not None:

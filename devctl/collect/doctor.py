@@ -65,7 +65,9 @@ def overview(s: Scene) -> Overview:
     if s.environ.get("JAX_PLATFORMS"):
         will.append(f"JAX_PLATFORMS={s.environ['JAX_PLATFORMS']} decides which backends JAX starts")
     for b in inv.backends:
-        if b.platform != default:
+        if b.skipped_quietly:  # as JAX does: a TPU backend on a machine without one is not news
+            will.append(f"{b.platform}: {b.hint or 'skipped'}")
+        elif b.platform != default:
             state = b.status.value if b.status is not BackendStatus.OK else f"ok ({b.device_count} device(s))"
             why = f": {b.hint or b.error}" if b.status is not BackendStatus.OK and (b.hint or b.error) else ""
             will.append(f"{b.platform}: {state}{why}")

@@ -42,6 +42,8 @@ class MemstatsSampler:
         self.publisher_dir = publisher_dir
         self.probe: BackendsProbe | None = None  # set by first(), or by `devctl memstats --distributed` per process
         self.tpu: TpuReport | None = None
+        # The publishing jobs of the last sample (pid -> command): one that is gone from the next is said once.
+        self.jobs: dict[int, str] = {}
 
     def first(self) -> MemSnapshot:
         """The full snapshot: probe JAX once, then everything else."""
@@ -99,6 +101,8 @@ class MemstatsSampler:
             notes.append("NVML reports pids of the host's pid namespace; pids not visible here (a container) have no user or command")
         for problem in publishers.problems if publishers else ():
             problems.append(f"{problem.path}: {problem.reason}")
+        if publishers is not None:
+            problems += self._jobs_gone(publishers.publishers)
 
         self.all_keys = [d.key for d in devices]
         self.accelerators = any(d.source == "jax" and d.platform != "cpu" for d in devices)
@@ -119,6 +123,20 @@ class MemstatsSampler:
             problems=problems,
             notes=notes,
         )
+
+    def _jobs_gone(self, publishers) -> list[str]:
+        """A job that published in the last sample and not in this one: exited (its snapshot was removed), or
+        alive with a snapshot too old to show. Said once, in the sample where it goes."""
+        from devctl.discovery.procs import pid_alive
+
+        now = {p.pid: " ".join(p.command) or "?" for p in publishers}
+        gone = []
+        for pid, command in self.jobs.items():
+            if pid not in now:
+                what = "stopped publishing (its last snapshot is stale)" if pid_alive(HostRoot("/"), pid) else "exited"
+                gone.append(f"job {pid} ({command}) {what}")
+        self.jobs = now
+        return gone
 
     def _check_filter(self, snapshot: MemSnapshot) -> None:
         """A --device naming no device here is bad input only this machine can tell."""

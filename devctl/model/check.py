@@ -6,6 +6,7 @@ Pure stdlib: the CLI builds and renders these without importing jax.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -19,6 +20,26 @@ CheckName = Literal["versions", "plugins", "backends", "devices", "compute", "tr
 CHECK_NAMES: tuple[CheckName, ...] = get_args(CheckName)
 # A check's name in a report: with --distributed, followed by the process it ran on ("env [host1 process 3]").
 CHECK_NAME_PATTERN = "^(" + "|".join(CHECK_NAMES) + r")( \[.+ process [0-9]+\])?$"
+_CLUSTER_NAME = re.compile(r"^(?P<check>\S+) \[(?P<host>.+) process (?P<index>[0-9]+)\]$")
+
+
+def cluster_check_name(check: str, hostname: str, process_index: int) -> str:
+    """The name of one process's check in a cluster report: "env [host1 process 3]" (JUnit and annotations show it whole)."""
+    return f"{check} [{hostname} process {process_index}]"
+
+
+def split_check_name(name: str) -> tuple[str, str | None, int | None]:
+    """(check, hostname, process index) of a report's check name; (name, None, None) for a one-host report."""
+    found = _CLUSTER_NAME.match(name)
+    if found is None:
+        return name, None, None
+    return found["check"], found["host"], int(found["index"])
+
+
+# The shared work the checks read, each done once per run (Context in devctl.collect.check_context), by the
+# key of CheckReport.phases_s; its time is not in any check's duration_s.
+Phase = Literal["inventory", "environment", "health", "nvml", "hardware", "host"]
+PHASES: tuple[Phase, ...] = get_args(Phase)
 # A finding code, printed beside a problem by check, doctor and list: DEVCTL_FR_ and the id in upper case (README: finding codes).
 FINDING_CODE_PATTERN = "^DEVCTL_FR_[A-Z0-9_]+$"
 
@@ -58,7 +79,7 @@ class CheckResult:
     status: CheckStatus
     message: str = field(metadata=json_schema(minLength=1))  # one line: what was found, with the values
     remediation: str | None = None  # what to run or set; None when nothing needs doing
-    duration_s: float = field(default=0.0, metadata=json_schema(minimum=0))  # wall time from the check's start to its verdict, waits for shared probes included
+    duration_s: float = field(default=0.0, metadata=json_schema(minimum=0))  # the check's own wall time; the shared probes it waited on are in the report's phases_s, not here
     # Open on purpose: each check puts the figures behind its own verdict here (per device, per GPU, per
     # variable), a different shape per check, for people and scripts to read; no program relies on one shape.
     details: dict[str, Any] = field(default_factory=dict)  # figures behind the verdict, per device or GPU; shape varies per check
@@ -76,7 +97,7 @@ class CheckReport:
     strict: bool  # warnings were counted as failures
     expectations: Expectations
     checks: list[CheckResult]
-    phases_s: dict[str, float]  # shared work the checks waited on (inventory, environment, health, nvml), in seconds
+    phases_s: dict[str, float]  # seconds of each shared probe the checks read (inventory, environment, health, nvml, hardware, host), done once and in no check's duration_s; with --distributed the slowest process's
     elapsed_s: float = field(metadata=json_schema(minimum=0))
 
     @property

@@ -49,6 +49,12 @@ class BackendInfo:
     code: str | None = field(default=None, metadata=json_schema(pattern=FINDING_CODE_PATTERN))  # the finding code of that advice (README: finding codes)
     summary: str | None = None  # what is wrong, in the machine's terms (the error says it in the library's)
 
+    @property
+    def skipped_quietly(self) -> bool:
+        """A backend JAX tries on every machine and skips without a word where it cannot start (a TPU without a
+        chip): tables say "no TPU" and keep its error for --json."""
+        return self.status is BackendStatus.SKIPPED and self.fail_quietly
+
     @classmethod
     def from_event(cls, e: dict[str, Any]) -> BackendInfo:
         return cls(

@@ -8,33 +8,80 @@ import sys
 from contextlib import contextmanager
 from typing import overload
 
-from devctl.model.check import CheckReport, CheckStatus
-from devctl.render.console import data_table, out
+from devctl.model.check import PHASES, CheckReport, CheckStatus, split_check_name
 
 _LABEL = {CheckStatus.PASS: "pass", CheckStatus.WARN: "WARN", CheckStatus.FAIL: "FAIL", CheckStatus.SKIP: "skip"}
-_STYLE = {CheckStatus.PASS: "green", CheckStatus.WARN: "yellow", CheckStatus.FAIL: "bold red", CheckStatus.SKIP: "dim"}
+# The shared probes of CheckReport.phases_s, as people call them.
+_PHASE_LABEL = {
+    "inventory": "backend probe",
+    "environment": "package scan",
+    "health": "health probe",
+    "nvml": "NVML",
+    "hardware": "hardware discovery",
+    "host": "host facts",
+}
 
 
 # ---- check: table -------------------------------------------------------------------------------
 
 
 def render_check(report: CheckReport) -> None:
+    """One line per check (and per process, with --distributed); what does not fit the terminal goes on
+    lines of its own under its row (render.console.table_lines), then the shared probes' times and the verdict."""
     from rich.text import Text
 
-    console = out()
-    table = data_table()
-    for col in ("check", "status", "time", "result", "what to do"):
-        table.add_column(col, justify="right" if col == "time" else "left", overflow="fold")
+    from devctl.render.console import Column, out, print_lines, say, table_lines, wrap
+
+    cluster = _is_cluster(report)
+    columns = [Column("check")]
+    if cluster:
+        # The host gives way last of all (one host: a line above the table); the process index never does.
+        columns += [Column("host", priority=1), Column("process", justify="right", short="proc")]
+    columns += [
+        Column("status"),
+        Column("time", justify="right"),
+        Column("result", priority=2),
+        Column("what to do", priority=3),
+    ]
+    rows = []
     for r in report.checks:
-        table.add_row(
-            r.name,
-            Text(_LABEL[r.status], style=_STYLE[r.status]),
-            f"{r.duration_s:.2f} s",
-            Text(r.message),
-            Text(r.remediation or "-"),
-        )
-    console.print(table)
-    console.print(summary_line(report), markup=False, highlight=False)
+        check, host, index = split_check_name(r.name)
+        where = [host or "?", index] if cluster else []
+        rows.append([check, *where, _LABEL[r.status], f"{r.duration_s:.2f} s", r.message, r.remediation or "-"])
+    print_lines(table_lines(columns, rows))
+    phases = phases_line(report, unit_space=_KEEP)
+    if phases:  # wrapped between words, never between a figure and its unit
+        print_lines([Text(line.replace(_KEEP, " ")) for line in wrap(phases, out().width, hang="  ")])
+    say(summary_line(report))
+
+
+def _is_cluster(report: CheckReport) -> bool:
+    return any(split_check_name(r.name)[1] is not None for r in report.checks)
+
+
+# Holds a figure and its unit on one line when the phases line is wrapped (a character no text here has).
+_KEEP = "\ue000"
+
+
+def phases_line(report: CheckReport, unit_space: str = " ") -> str | None:
+    """The shared probes' times, said apart from the checks' own: each ran once, for every check that read it."""
+    order: dict[str, int] = {name: i for i, name in enumerate(PHASES)}
+    timed = sorted(report.phases_s.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+    if not timed:
+        return None
+    where = ", the slowest process's" if _is_cluster(report) else ""
+    shown = ", ".join(f"{_PHASE_LABEL.get(name, name)} {seconds:.2f}{unit_space}s" for name, seconds in timed)
+    return f"shared probes{where} (each run once for the checks that read it; not in their times): {shown}"
+
+
+def csv_rows(report: CheckReport) -> tuple[list[str], list[list]]:
+    """One row per check (per process with --distributed): raw seconds, the host and process index apart."""
+    header = ["check", "hostname", "process_index", "status", "duration_s", "message", "remediation"]
+    rows: list[list] = []
+    for r in report.checks:
+        check, host, index = split_check_name(r.name)
+        rows.append([check, host or report.hostname, index, r.status.value, r.duration_s, r.message, r.remediation])
+    return header, rows
 
 
 def summary_line(report: CheckReport) -> str:
@@ -84,6 +131,11 @@ def junit_xml(report: CheckReport) -> str:
         failures=str(counts[CheckStatus.FAIL]), errors="0", skipped=str(counts[CheckStatus.SKIP]),
         time=f"{report.elapsed_s:.3f}",
     )  # fmt: skip
+    if report.phases_s:
+        # A case's time is the check's own; the shared probes it read are said once, for the suite.
+        properties = ET.SubElement(suite, "properties")
+        for name, seconds in report.phases_s.items():
+            ET.SubElement(properties, "property", name=f"devctl.shared_probe_s.{name}", value=f"{seconds:.3f}")
     for r in report.checks:
         case = ET.SubElement(suite, "testcase", classname="devctl.check", name=r.name, time=f"{r.duration_s:.3f}")
         if r.status is CheckStatus.FAIL:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal
 
 
 def stdout_is_terminal() -> bool:
@@ -153,3 +155,245 @@ def warn(message: str) -> None:
 
 def info(message: str) -> None:
     err().print(message, markup=False)
+
+
+# ---- text and tables that fit the terminal -----------------------------------------------------------------
+#
+# One rule for every view: no line is wider than the terminal, no word is split (a path breaks after a '/',
+# a list after a ',', a name after a '-'; only a word with none and longer than a whole line is cut), and a table row is one
+# line. When a table is too wide its columns give way, least useful first (Column.priority): a column that
+# says nothing (every value '-') is left out, one with the same value on every row becomes one line above the
+# table, and any other goes on a line of its own under each row (or is left out, when it is said elsewhere).
+# Off a terminal the width is unbounded, so pipes always get the whole table, one row per line.
+
+# Inside a word too long for its line, the places it may break: after a path separator, a list's comma, a hyphen.
+_BREAK_AFTER = "/,-"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column, and how it gives way when the table is wider than the terminal."""
+
+    header: str
+    justify: Literal["left", "right"] = "left"
+    priority: int = 0  # 0: always in the table; of the others, the highest number gives way first
+    short: str | None = None  # a shorter header, tried before any column gives way
+    detail: bool = True  # giving way: a line of its own under its row; False: left out (said elsewhere in the view)
+    blank: tuple[str, ...] = ("", "-")  # values that say nothing: a column of nothing else gives way first
+    once: bool = False  # on a line under its row: not said again when the row above said the same
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Where each column of a table goes at a given width: `placement` per column is one of "table",
+    "hoisted" (one line above the table: every row has the same value), "detail" (a line under each row)
+    or "dropped"."""
+
+    headers: tuple[str, ...]
+    placement: tuple[str, ...]
+    widths: tuple[int, ...]  # each column's width in cells, as in the table
+    boxed: bool  # a box around the table: only when no value goes under its row
+    width: int  # the table's width in cells
+
+    def where(self, place: str) -> list[int]:
+        return [i for i, p in enumerate(self.placement) if p == place]
+
+
+def _table_width(widths, kept: list[int], boxed: bool) -> int:
+    if not kept:
+        return 0
+    # Boxed: "│ a │ b │", a space either side of every value; plain: two spaces between columns.
+    return sum(widths[i] for i in kept) + (3 * len(kept) + 1 if boxed else 2 * (len(kept) - 1))
+
+
+def fit_columns(columns: list[Column], rows: list[list[str]], width: int, *, boxed: bool = True) -> Fit:
+    """Which columns stay in a one-line-per-row table `width` cells wide, and where the others go.
+
+    Every column in the table is as wide as its widest value and its header, so nothing in it is
+    wrapped or cut. When the whole table does not fit: shorter headers first, then the columns with a
+    priority give way (highest first, the rightmost of equals first), then the widest of the others but
+    the first. A box is drawn only around a table with nothing under its rows.
+    """
+    from rich.cells import cell_len
+
+    n = len(columns)
+    headers = [c.header for c in columns]
+    longest = [max((cell_len(r[i]) for r in rows), default=0) for i in range(n)]
+    place = ["table"] * n
+
+    def widths() -> list[int]:
+        return [max(cell_len(headers[i]), longest[i]) for i in range(n)]
+
+    def state() -> tuple[bool, int]:
+        box = boxed and "detail" not in place
+        return box, _table_width(widths(), [i for i in range(n) if place[i] == "table"], box)
+
+    def fits() -> bool:
+        return state()[1] <= width
+
+    def give_way(i: int) -> None:
+        c = columns[i]
+        values = {r[i] for r in rows}
+        if values <= set(c.blank):
+            place[i] = "dropped"
+        elif len(rows) > 1 and len(values) == 1:
+            place[i] = "hoisted"
+        else:
+            place[i] = "detail" if c.detail else "dropped"
+
+    if not fits():
+        headers = [c.short or c.header for c in columns]
+    yielding = sorted((i for i in range(n) if columns[i].priority > 0), key=lambda i: (-columns[i].priority, -i))
+    # A column that says nothing goes before any that says something.
+    yielding.sort(key=lambda i: 0 if {r[i] for r in rows} <= set(columns[i].blank) else 1)
+    for i in yielding:
+        if fits():
+            break
+        give_way(i)
+    while not fits():
+        rest = [i for i in range(1, n) if place[i] == "table"]
+        if not rest:
+            break
+        give_way(max(rest, key=lambda i: (widths()[i], i)))
+    box, total = state()
+    return Fit(tuple(headers), tuple(place), tuple(widths()), box, total)
+
+
+def wrap(text: str, width: int, indent: str = "", hang: str | None = None) -> list[str]:
+    """`text` as lines of at most `width` cells, broken between words and never inside one: a word longer
+    than a line breaks after a '/' or a ',' (a path, a list) or a '-', and is cut only when it has neither. The first
+    line starts with `indent`, the others with `hang` (by default as many spaces), so wrapped prose keeps
+    its hanging indent."""
+    from rich.cells import cell_len
+
+    hang = " " * cell_len(indent) if hang is None else hang
+    if cell_len(hang) > width // 2:
+        hang = ""  # a terminal narrower than the indent: the words matter more
+    lines: list[str] = []
+    prefix, current = indent, ""
+    for word in text.split():
+        candidate = f"{current} {word}" if current else word
+        if cell_len(prefix) + cell_len(candidate) <= width:
+            current = candidate
+            continue
+        if current and cell_len(hang) + cell_len(word) > width:
+            # Too long for any line: it starts here, broken after a '/' or ',' where the line ends.
+            room = width - cell_len(prefix) - cell_len(current) - 1
+            head, rest = _break_word(word, room) if room > 0 else ("", word)
+            if head and head[-1] in _BREAK_AFTER:
+                current, word = f"{current} {head}", rest
+        if current:
+            lines.append(prefix + current)
+            prefix, current = hang, ""
+        while word and cell_len(prefix) + cell_len(word) > width:
+            head, word = _break_word(word, max(width - cell_len(prefix), 1))
+            lines.append(prefix + head)
+            prefix = hang
+        current = word
+    lines.append(prefix + current)
+    return [line.rstrip() for line in lines]
+
+
+def _break_word(word: str, room: int) -> tuple[str, str]:
+    """The longest head of `word` that fits `room` cells and ends after a '/', ',' or '-' (else any head that fits), and the rest."""
+    from rich.cells import cell_len
+
+    fitting = 1
+    while fitting < len(word) and cell_len(word[: fitting + 1]) <= room:
+        fitting += 1
+    for k in range(fitting, 0, -1):
+        if word[k - 1] in _BREAK_AFTER and k < len(word) and word[: k - 1].strip("-"):  # never inside a leading '--'
+            return word[:k], word[k:]
+    return word[:fitting], word[fitting:]
+
+
+def table_lines(columns: list[Column], rows: list[list], *, title: str | None = None, width: int | None = None,
+                boxed: bool | None = None, rows_shown: int | None = None) -> list:  # fmt: skip
+    """A table as rich Text lines that fit `width` (the terminal's by default): see fit_columns for what gives
+    way. Every cell is shown as printable() makes it (data, never markup or control characters). With
+    `rows_shown`, only the first rows are printed, laid out as the whole table would be."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    from devctl.text import printable
+
+    width = out().width if width is None else width
+    boxed = stdout_is_terminal() if boxed is None else boxed
+    cells = [["-" if v is None else printable(str(v)) for v in row] for row in rows]
+    fit = fit_columns(columns, cells, width, boxed=boxed)
+    lines: list = [Text(line) for line in wrap(printable(title), width, hang="  ")] if title else []
+    for i in fit.where("hoisted"):  # under the title, indented: what every row has
+        lines += [Text(line) for line in wrap(cells[0][i], width, indent=f"  {columns[i].header}: ")]
+    kept = fit.where("table")
+    details = fit.where("detail")
+
+    def pad(text: str, j: int, i: int) -> str:
+        gap = " " * (fit.widths[i] - cell_len(text))
+        text = gap + text if columns[i].justify == "right" else text + gap
+        return f" {text} " if fit.boxed else text
+
+    def row_line(values: list[str], style: str | None = None):
+        line = Text()
+        for j, i in enumerate(kept):
+            if j:
+                line.append("│" if fit.boxed else "  ")
+            elif fit.boxed:
+                line.append("│")
+            line.append(pad(values[i], j, i), style=style)
+        if fit.boxed:
+            line.append("│")
+        else:
+            line.rstrip()
+        return line
+
+    def rule(left: str, middle: str, right: str) -> Text:
+        spans = [fit.widths[i] + 2 for i in kept]
+        return Text(left + middle.join("─" * s for s in spans) + right)
+
+    if fit.boxed and kept:
+        lines.append(rule("╭", "┬", "╮"))
+    if kept:
+        lines.append(row_line(list(fit.headers), style="bold"))
+    if fit.boxed and kept:
+        lines.append(rule("├", "┼", "┤"))
+    label_width = max((cell_len(columns[i].header) for i in details), default=0) + 2
+    if label_width > width // 3:
+        label_width = 0  # labels too long to align their values under: each value follows its own label
+    previous: list[str] | None = None
+    for row in cells[:rows_shown]:
+        if kept:
+            lines.append(row_line(row))
+        for i in details:
+            value = row[i]
+            if value in columns[i].blank or (columns[i].once and previous is not None and previous[i] == value):
+                continue
+            label = f"  {columns[i].header}: ".ljust(label_width + 2) if label_width else f"  {columns[i].header}: "
+            hang = " " * (label_width + 2) if label_width else "    "
+            lines += [Text(line) for line in wrap(value, width, indent=label, hang=hang)]
+        previous = row
+    if fit.boxed and kept:
+        lines.append(rule("╰", "┴", "╯"))
+    return lines
+
+
+def print_lines(lines) -> None:
+    """Lines made to fit the terminal (table_lines, wrap), on stdout."""
+    console = out()
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+
+
+def print_table(columns: list[Column], rows: list[list], *, title: str | None = None) -> None:
+    print_lines(table_lines(columns, rows, title=title))
+
+
+def say(text: str, *, indent: str = "", hang: str | None = None, style: str | None = None) -> None:
+    """One line of prose (made printable), wrapped to the terminal with its hanging indent; whole off a terminal."""
+    from rich.text import Text
+
+    from devctl.text import printable
+
+    for line in wrap(printable(text), out().width, indent=indent, hang=hang):
+        out().print(Text(line, style=style or ""), markup=False, highlight=False)
+
+

@@ -1,40 +1,48 @@
-"""`devctl doctor` for people: what devctl sees, what JAX will use, and each problem in plain words."""
+"""`devctl doctor` for people: what devctl sees, what JAX will use, and each problem in plain words.
+
+Every line is wrapped to the terminal between words, under its own label (`evidence:`, `fix:`), so a
+command to run is never split from its line and nothing runs back to the left margin.
+"""
 
 from __future__ import annotations
 
 from devctl.model.check import CheckResult, CheckStatus
 from devctl.model.doctor import DoctorReport
-from devctl.render.console import out
-from devctl.text import printable
+from devctl.render.console import say
+
+_LABEL = "   {:<10}"  # "   evidence: ", "   cause:    ": the text of every label starts in one column
 
 
 def render_doctor(report: DoctorReport) -> None:
-    console = out()
-    say = lambda text="", style=None: console.print(printable(text), markup=False, highlight=False, style=style)  # noqa: E731
     say("What devctl sees", style="bold")
     for line in report.overview.sees:
-        say(f"  {line}")
-    say()
+        say(line, indent="  ", hang="    ")
+    say("")
     say("What JAX will use", style="bold")
     for line in report.overview.jax_will_use:
-        say(f"  {line}")
-    say()
+        say(line, indent="  ", hang="    ")
+    say("")
     if not report.findings:
         say("No problems found.", style="bold green")
     else:
         say(f"Problems found: {len(report.findings)}", style="bold red")
         for i, f in enumerate(report.findings, 1):
             number = f"#{f.catalogue_number} " if f.catalogue_number else ""
-            say()
-            say(f"{i}. {f.title}  [{number}{f.code}, {f.severity}]", style="bold")
+            say("")
+            say(f"{i}. {f.title}  [{number}{f.code}, {f.severity}]", hang="   ", style="bold")
             for e in f.evidence:
-                say(f"   evidence: {e}")
-            say(f"   cause:    {f.cause}")
-            say(f"   fix:      {f.fix}")
+                _labelled("evidence:", e)
+            _labelled("cause:", f.cause)
+            _labelled("fix:", f.fix)
             if f.references:
-                say(f"   see:      {', '.join(f.references[:2])}")
-    say()
+                _labelled("see:", ", ".join(f.references[:2]))
+    say("")
     say(_checks_line(report.checks), style="dim")
+
+
+def _labelled(label: str, text: str) -> None:
+    prefix = _LABEL.format(label) + " "
+    say(text, indent=prefix, hang=" " * len(prefix))
 
 
 def _checks_line(checks: list[CheckResult]) -> str:

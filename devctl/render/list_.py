@@ -1,88 +1,152 @@
-"""`devctl list` as tables: devices by backend, backends that failed, accelerators JAX does not use."""
+"""`devctl list` as tables: devices by backend, backends that failed, accelerators JAX does not use.
+
+At 80 columns a device table keeps id, kind, the memory limit and where the device is (sm, NVML index, PCI
+bus); what every device shares (process, memory kinds) becomes one line above it. A backend's reason and
+advice are prose: they go on lines of their own under its row when the row would not fit.
+"""
 
 from __future__ import annotations
 
 from itertools import groupby
 
-from devctl.model.list_ import BackendStatus
-from devctl.render.console import data_table, out
+from devctl.model.list_ import BackendInfo, BackendStatus
+from devctl.render.console import Column, print_table, say
 from devctl.units import format_bytes, format_seconds
+
+# The device table's columns after the fixed ones: a device attribute each, shown only where some device has it.
+_ATTRIBUTES = (("coords", 1), ("core", 1), ("sm", 2), ("nvml", 2), ("pci bus", 2))
+
+# Backends JAX tries on every machine and skips without a word where they cannot start (a TPU without a chip,
+# the IFRT proxy without a target): said in two words, their error stays in --json.
+_QUIET_NAMES = {"tpu": "no TPU", "proxy": "no IFRT proxy"}
 
 
 def render_inventory(inv) -> None:
-    console = out()
     header = f"jax {inv.jax_version or '?'}, jaxlib {inv.jaxlib_version or '?'}"
     if inv.default_platform:
         header += f"; default backend: {inv.default_platform}"
-    console.print(header, markup=False)
+    say(header)
     outcome = inv.jax_outcome
     if outcome is not None and outcome.fails:
         # Before any table: a program here gets no device, whatever each backend alone could do.
-        console.print(f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit or '?'}", markup=False)
+        say(f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit or '?'}", hang="  ")
         if outcome.code:
-            console.print(f"{outcome.code}: {outcome.summary}", markup=False)
-            console.print(f"fix: {outcome.fix}", markup=False)
+            say(f"{outcome.code}: {outcome.summary}", hang="  ")
+            say(f"fix: {outcome.fix}", hang="     ")
     backends = {b.platform: b for b in inv.backends}
     devices = sorted(inv.devices, key=lambda d: (d.platform, d.process_index, d.id))
     for platform, grouped in groupby(devices, key=lambda d: d.platform):
         group = list(grouped)
         b = backends.get(platform) or (backends.get("cuda") or backends.get("rocm") if platform == "gpu" else None)
-        title = f"{platform}: {len(group)} device(s)"
-        if b is not None:
-            title += f", {b.platform_version or ''}".rstrip(", ")
-            if b.pjrt_c_api_version:
-                title += f", PJRT C API {b.pjrt_c_api_version}"
-            title += f", init {format_seconds(b.init_s)}"
-        table = data_table(title=title)
-        for col in ("id", "kind", "process", "hw id", "memory kinds", "memory limit", "details"):
-            table.add_column(col, justify="right" if col in ("id", "process", "hw id", "memory limit") else "left")
-        for d in group:
-            stats = d.memory_stats or {}
-            table.add_row(
-                str(d.id),
-                d.device_kind,
-                str(d.process_index),
-                "-" if d.local_hardware_id is None else str(d.local_hardware_id),
-                ",".join(k if k != d.default_memory_kind else f"{k}*" for k in (d.memory_kinds or [])) or "-",
-                format_bytes(stats.get("bytes_limit")),
-                _details(d),
-            )
-        console.print(table)
+        _device_table(platform, group, b)
 
-    bad = [b for b in inv.backends if b.status is not BackendStatus.OK]
+    quiet = [b for b in inv.backends if b.skipped_quietly]
+    if quiet:
+        say("; ".join(_QUIET_NAMES.get(b.platform, f"no {b.platform}") for b in quiet)
+            + f" here (JAX skips the {', '.join(b.platform for b in quiet)} backend{'s' if len(quiet) > 1 else ''})")  # fmt: skip
+    bad = [b for b in inv.backends if b.status is not BackendStatus.OK and not b.skipped_quietly]
     if bad:
-        table = data_table(title="backends not in use")
-        for col in ("backend", "status", "reason", "what to do"):
-            table.add_column(col, overflow="fold")
-        for b in bad:
-            # What is wrong in the machine's terms first; the library's own words stay in --json and doctor.
-            table.add_row(b.platform, b.status.value, b.summary or b.error or "-", f"{b.hint} ({b.code})" if b.code else b.hint or "-")
-        console.print(table)
+        columns = [
+            Column("backend"), Column("status"), Column("code", priority=1),
+            Column("reason", priority=2), Column("what to do", priority=3),
+        ]  # fmt: skip
+        # What is wrong in the machine's terms first; the library's own words stay in --json and doctor.
+        rows = [[b.platform, b.status.value, b.code or "-", b.summary or b.error or "-", b.hint or "-"] for b in bad]
+        print_table(columns, rows, title="backends not in use")
 
     if inv.unused_accelerators:
-        table = data_table(title="accelerators on this machine that JAX is not using")
-        for col in ("kind", "name", "where", "why"):
-            table.add_column(col, overflow="fold")
-        for u in inv.unused_accelerators:
-            table.add_row(u.kind, u.name, u.location, u.reason)
-        console.print(table)
+        columns = [Column("kind", priority=2), Column("name", priority=1), Column("where"), Column("why", priority=3)]
+        rows = [[u.kind, u.name, u.location, u.reason] for u in inv.unused_accelerators]
+        print_table(columns, rows, title="accelerators on this machine that JAX is not using")
     if not inv.devices:
-        console.print("JAX sees no device at all; run devctl doctor.", markup=False)
+        say("JAX sees no device at all; run devctl doctor.")
 
 
-def _details(d) -> str:
-    parts = []
+def one_line_version(b: BackendInfo) -> str:
+    """A backend's platform_version on one line: CUDA's is "PJRT C API\\ncuda 12080" (PjRtCApiClient puts its own
+    name on a line before the plugin's words); the name goes where the C API version is shown beside it."""
+    lines = [line.strip() for line in (b.platform_version or "").splitlines() if line.strip()]
+    if len(lines) > 1 and b.pjrt_c_api_version is not None and lines[0] == "PJRT C API":
+        lines = lines[1:]
+    return " / ".join(lines)
+
+
+def _title(platform: str, count: int, b: BackendInfo | None) -> str:
+    title = f"{platform}: {count} device(s)"
+    if b is not None:
+        version = one_line_version(b)
+        if version:
+            title += f", {version}"
+        if b.pjrt_c_api_version:
+            title += f", PJRT C API {b.pjrt_c_api_version}"
+        title += f", init {format_seconds(b.init_s)}"
+    return title
+
+
+def _device_table(platform: str, group: list, b: BackendInfo | None) -> None:
+    columns = [
+        Column("id", "right"), Column("kind", priority=3), Column("process", "right", priority=5),
+        Column("hw id", "right", priority=4), Column("memory kinds", priority=6),
+        Column("memory limit", "right", priority=1, short="limit"),
+    ]  # fmt: skip
+    rows = []
+    for d in group:
+        stats = d.memory_stats or {}
+        rows.append([
+            str(d.id), d.device_kind, str(d.process_index), "-" if d.local_hardware_id is None else str(d.local_hardware_id),
+            ",".join(k if k != d.default_memory_kind else f"{k}*" for k in (d.memory_kinds or [])) or "-",
+            format_bytes(stats.get("bytes_limit")),
+        ])  # fmt: skip
+    attributes = [_attributes(d) for d in group]
+    for name, priority in _ATTRIBUTES:
+        if any(name in a for a in attributes):
+            columns.append(Column(name, priority=priority))
+            for row, a in zip(rows, attributes):
+                row.append(a.get(name, "-"))
+    print_table(columns, rows, title=_title(platform, len(group), b))
+    without = [str(d.id) for d in group if d.memory_stats is None]
+    if without:
+        which = "these devices" if len(without) == len(group) else f"device(s) {', '.join(without)}"
+        say(f"memory_stats(): not implemented on {which}, so no memory limit", hang="  ")
+
+
+def _attributes(d) -> dict[str, str]:
     a = d.attributes
+    out = {}
     if "coords" in a:
-        parts.append(f"coords {tuple(a['coords'])}")
+        out["coords"] = ",".join(str(c) for c in a["coords"]) if isinstance(a["coords"], (list, tuple)) else str(a["coords"])
     if "core_on_chip" in a:
-        parts.append(f"core {a['core_on_chip']}")
+        out["core"] = str(a["core_on_chip"])
     if "compute_capability" in a:
-        parts.append(f"sm {a['compute_capability']}")
+        out["sm"] = str(a["compute_capability"])
     if d.nvml_gpu:
-        parts.append(f"nvml #{d.nvml_gpu['index']} {d.nvml_gpu['pci_bus_id']}")
+        out["nvml"] = str(d.nvml_gpu["index"])
+        out["pci bus"] = str(d.nvml_gpu["pci_bus_id"])
     elif "pci_bus_id" in a:
-        parts.append(str(a["pci_bus_id"]))
-    if d.memory_stats is None:
-        parts.append("memory_stats: not implemented")
-    return ", ".join(parts) or "-"
+        out["pci bus"] = str(a["pci_bus_id"])
+    return out
+
+
+def csv_rows(inv) -> tuple[list[str], list[list]]:
+    """One row per device, raw values: bytes as integers, memory kinds as `;`-separated names."""
+    header = [
+        "platform", "id", "kind", "process_index", "local_hardware_id", "memory_kinds", "default_memory_kind",
+        "bytes_limit", "bytes_in_use", "peak_bytes_in_use", "coords", "core_on_chip", "compute_capability",
+        "pci_bus_id", "nvml_index", "nvml_uuid", "backend_version",
+    ]  # fmt: skip
+    backends = {b.platform: b for b in inv.backends}
+    rows = []
+    for d in sorted(inv.devices, key=lambda d: (d.platform, d.process_index, d.id)):
+        b = backends.get(d.platform) or (backends.get("cuda") or backends.get("rocm") if d.platform == "gpu" else None)
+        stats = d.memory_stats or {}
+        a = d.attributes
+        nvml = d.nvml_gpu or {}
+        coords = a.get("coords")
+        rows.append([
+            d.platform, d.id, d.device_kind, d.process_index, d.local_hardware_id, ";".join(d.memory_kinds or []),
+            d.default_memory_kind, stats.get("bytes_limit"), stats.get("bytes_in_use"), stats.get("peak_bytes_in_use"),
+            " ".join(str(c) for c in coords) if isinstance(coords, (list, tuple)) else coords, a.get("core_on_chip"),
+            a.get("compute_capability"), nvml.get("pci_bus_id") or a.get("pci_bus_id"), nvml.get("index"), nvml.get("uuid"),
+            one_line_version(b) if b is not None else None,
+        ])  # fmt: skip
+    return header, rows

@@ -1,10 +1,18 @@
-"""`devctl memstats` as tables, and the live `--watch` view (bars with the peak marked, sparklines, processes)."""
+"""`devctl memstats` as tables, and the live `--watch` view (bars with the peak marked, sparklines, processes).
+
+Narrow terminals: the device table keeps the device, its use and headroom; the kind every device shares
+becomes one line above it, and the peak, limit and driver columns give way in that order (the live view's
+bar marks the peak). A process's command goes on a line of its own under its row, once per job. The live
+view also fits the window's height: the devices first, then problems and the headroom, then as many
+processes as fit (with a line saying how many more there are), then the rest.
+"""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict, deque
 
-from devctl.render.console import data_table, out
+from devctl.render.console import Column, print_lines, table_lines, wrap
 from devctl.text import printable
 from devctl.units import format_bytes
 
@@ -13,6 +21,8 @@ _SPARK = "▁▂▃▄▅▆▇█"
 # names): every one goes through printable() so no escape sequence or newline reaches the terminal.
 _CELL_CHARS = 4096
 _LINE_CHARS = 1000
+# A job whose exit the live view goes on showing: the last few, so one that went while nobody looked is seen.
+_EXITS_KEPT = 3
 
 
 def _cells(*values) -> list[str]:
@@ -31,14 +41,19 @@ def device_usage(snapshot, device) -> tuple[int | None, int | None]:
     return stats.get("bytes_in_use"), capacity
 
 
-def snapshot_tables(snapshot, history: dict | None = None, peaks: dict | None = None) -> list:
-    tables = []
-    devices = data_table(title="devices")
-    columns = ["device", "kind", "limit", "in use", "peak", "headroom", "driver used/total", "status"]
-    if history is not None:
-        columns[3:3] = ["usage", "history"]
-    for col in columns:
-        devices.add_column(col, overflow="fold")
+def device_table(snapshot, history: dict | None = None, peaks: dict | None = None) -> tuple[list[Column], list[list[str]]]:
+    """The devices' columns and rows; with `history` (the live view) a usage bar and a sparkline, and no
+    column goes under its row: a live view has no lines to spare."""
+    live = history is not None
+    columns = [
+        Column("device"), Column("kind", priority=7), Column("limit", "right", priority=4, detail=not live),
+        Column("in use", "right", priority=1), Column("peak", "right", priority=6 if live else 3, detail=not live),
+        Column("headroom", "right", priority=2), Column("driver used/total", priority=5, short="driver", detail=not live),
+        Column("status", priority=1, blank=("", "-", "ok")),
+    ]  # fmt: skip
+    if live:
+        columns[3:3] = [Column("usage"), Column("history", priority=3, detail=False)]
+    rows = []
     for d in snapshot.devices:
         stats = d.memory_stats or {}
         driver = f"{format_bytes(d.driver['used_bytes'])} / {format_bytes(d.driver['total_bytes'])}" if d.driver else "-"
@@ -49,24 +64,29 @@ def snapshot_tables(snapshot, history: dict | None = None, peaks: dict | None = 
             d.key, d.device_kind, format_bytes(d.bytes_limit), format_bytes(stats.get("bytes_in_use")),
             format_bytes(d.peak_bytes_in_use), format_bytes(d.headroom_bytes), driver, status,
         ]  # fmt: skip
-        if history is not None:
+        if live:
             used, capacity = device_usage(snapshot, d)
-            row[3:3] = [usage_bar(used, capacity, (peaks or {}).get(d.key)), sparkline(history.get(d.key, ()))]
-        devices.add_row(*_cells(*row))
-    tables.append(devices)
+            row[3:3] = [usage_bar(used, capacity, (peaks or {}).get(d.key)), sparkline((history or {}).get(d.key, ()))]
+        rows.append(_cells(*row))
+    return columns, rows
 
-    if snapshot.processes:
-        procs = data_table(title="processes")
-        for col in ("pid", "source", "user", "device", "memory", "arrays", "headroom", "command"):
-            procs.add_column(col, overflow="fold")
-        for p in snapshot.processes:
-            procs.add_row(*_cells(
-                str(p.pid) + ("" if p.pid_visible else " (other pid ns)"), p.source, p.user or "-", p.device,
-                format_bytes(p.used_bytes), "-" if p.live_arrays is None else str(p.live_arrays),
-                format_bytes(p.headroom_bytes), p.command or "-",
-            ))  # fmt: skip
-        tables.append(procs)
-    return tables
+
+def process_table(snapshot) -> tuple[list[Column], list[list[str]]]:
+    columns = [
+        Column("pid", "right"), Column("source", priority=3), Column("user", priority=2), Column("device"),
+        Column("memory", "right"), Column("arrays", "right", priority=4), Column("headroom", "right", priority=5),
+        Column("command", priority=6, once=True),
+    ]  # fmt: skip
+    rows = []
+    for p in snapshot.processes:
+        command = p.command or "-"
+        if not p.pid_visible:
+            command = "(a pid in another pid namespace: user and command unknown)"
+        rows.append(_cells(
+            str(p.pid), p.source, p.user or "-", p.device, format_bytes(p.used_bytes),
+            "-" if p.live_arrays is None else str(p.live_arrays), format_bytes(p.headroom_bytes), command,
+        ))  # fmt: skip
+    return columns, rows
 
 
 def summary_lines(snapshot) -> list[str]:
@@ -88,12 +108,52 @@ def summary_lines(snapshot) -> list[str]:
     return [printable(line, _LINE_CHARS) for line in lines]
 
 
-def render_snapshot(snapshot) -> None:
-    console = out()
-    for table in snapshot_tables(snapshot):
-        console.print(table)
+def _wrapped(line: str, width: int) -> list:
+    """A `label: text` line wrapped under its text."""
+    from rich.text import Text
+
+    label, sep, _ = line.partition(": ")
+    hang = " " * (len(label) + 2) if sep and len(label) < 12 else "  "
+    return [Text(part) for part in wrap(line, width, hang=hang)]
+
+
+def snapshot_lines(snapshot, width: int) -> list:
+    lines = table_lines(*device_table(snapshot), title="devices", width=width)
+    if snapshot.processes:
+        lines += table_lines(*process_table(snapshot), title="processes", width=width)
     for line in summary_lines(snapshot):
-        console.print(line, markup=False, highlight=False)
+        lines += _wrapped(line, width)
+    return lines
+
+
+def render_snapshot(snapshot) -> None:
+    from devctl.render.console import out
+
+    print_lines(snapshot_lines(snapshot, out().width))
+
+
+def stamp(timestamp: float) -> str:
+    """A sample's time as people read it in a log: local date and time to the second."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+
+
+def csv_rows(snapshot) -> tuple[list[str], list[list]]:
+    """One row per device, raw values (bytes as integers, the time as Unix seconds): a `--watch --csv` log
+    repeats them for every sample under one header."""
+    header = [
+        "timestamp", "hostname", "device", "source", "platform", "id", "kind", "bytes_limit", "bytes_in_use",
+        "peak_bytes_in_use", "headroom_bytes", "driver_used_bytes", "driver_total_bytes", "hbm_bytes", "status",
+    ]  # fmt: skip
+    rows = []
+    for d in snapshot.devices:
+        stats = d.memory_stats or {}
+        driver = d.driver or {}
+        rows.append([
+            round(snapshot.timestamp, 3), snapshot.hostname, d.key, d.source, d.platform, d.id, d.device_kind, d.bytes_limit,
+            stats.get("bytes_in_use"), d.peak_bytes_in_use, d.headroom_bytes, driver.get("used_bytes"),
+            driver.get("total_bytes"), d.hbm_bytes, d.status,
+        ])  # fmt: skip
+    return header, rows
 
 
 def usage_bar(used: int | None, capacity: int | None, peak: int | None, width: int = 10) -> str:
@@ -118,13 +178,17 @@ def sparkline(values) -> str:
 
 
 class WatchView:
-    """Keeps the history behind the live view: the last samples per device and the peak seen."""
+    """Keeps the history behind the live view: the last samples per device, the peak seen, and the jobs that exited."""
 
     def __init__(self, length: int = 16):
         self.history: dict[str, deque] = defaultdict(lambda: deque(maxlen=length))
         self.peaks: dict[str, int] = {}
+        self.exits: deque[str] = deque(maxlen=_EXITS_KEPT)
+        self.earlier_exits: list[str] = []  # jobs that exited before the latest sample, still shown
 
     def add(self, snapshot) -> None:
+        self.earlier_exits = list(self.exits)
+        self.exits.extend(p for p in snapshot.problems if _is_exit(p))
         for d in snapshot.devices:
             used, _ = device_usage(snapshot, d)
             self.history[d.key].append(used)
@@ -132,10 +196,70 @@ class WatchView:
             if candidates:
                 self.peaks[d.key] = max(candidates)
 
-    def renderable(self, snapshot, interval_s: float, sample_no: int):
+    def renderable(self, snapshot, interval_s: float, sample_no: int, *, width: int | None = None, height: int | None = None):
+        """The view as one rich renderable that fits `width` x `height` (the terminal's by default)."""
         from rich.console import Group
+
+        from devctl.render.console import out
+
+        size = out().size
+        return Group(*self.lines(snapshot, interval_s, sample_no, width or size.width, height or size.height))
+
+    def lines(self, snapshot, interval_s: float, sample_no: int, width: int, height: int) -> list:
+        """The live view's lines, at most `height` - 1 of them (the last line of the window holds the cursor):
+        what does not fit gives way from the bottom of the list of what matters, never cut mid-table."""
         from rich.text import Text
 
-        stamp = Text(f"devctl memstats --watch: sample {sample_no}, every {interval_s:g} s (Ctrl-C to stop)")
-        tables = snapshot_tables(snapshot, self.history, self.peaks)
-        return Group(stamp, *tables, *(Text(line) for line in summary_lines(snapshot)))
+        room = max(height - 1, 1)
+        head = [Text(line) for line in wrap(
+            f"devctl memstats --watch: sample {sample_no} at {stamp(snapshot.timestamp)[11:]}, every {interval_s:g} s (Ctrl-C to stop)",
+            width, hang="  ")]  # fmt: skip
+        columns, rows = device_table(snapshot, self.history, self.peaks)
+        devices = _table_within(columns, rows, "devices", width, room - len(head), "devices")
+        room -= len(head) + len(devices)
+
+        summary = summary_lines(snapshot) + [printable(f"problem: {e} (earlier)", _LINE_CHARS) for e in self.earlier_exits]
+        # What matters most when the window is short: problems, then the headroom; the rest after the processes.
+        ranked = sorted(range(len(summary)), key=lambda i: 0 if summary[i].startswith("problem:") else 1 if summary[i].startswith("headroom:") else 3)
+        chosen: dict[int, list] = {}
+        for i in ranked:
+            if not summary[i].startswith(("problem:", "headroom:")):
+                break
+            block = _wrapped(summary[i], width)
+            if len(block) <= room:
+                chosen[i] = block
+                room -= len(block)
+        processes: list = []
+        if snapshot.processes and room > 0:
+            columns, rows = process_table(snapshot)
+            processes = _table_within(columns, rows, "processes", width, room, "processes")
+            room -= len(processes)
+        for i in ranked:
+            if i in chosen:
+                continue
+            block = _wrapped(summary[i], width)
+            if len(block) <= room:
+                chosen[i] = block
+                room -= len(block)
+        body = [line for i in sorted(chosen) for line in chosen[i]]
+        return head + devices + processes + body
+
+
+def _is_exit(problem: str) -> bool:
+    return problem.startswith("job ") and (problem.endswith(" exited") or problem.endswith("(its last snapshot is stale)"))
+
+
+def _table_within(columns: list[Column], rows: list[list[str]], title: str, width: int, room: int, noun: str) -> list:
+    """The table in at most `room` lines: all of it, or its first rows and a line saying how many more there are."""
+    from rich.text import Text
+
+    lines = table_lines(columns, rows, title=title, width=width)
+    if len(lines) <= room:
+        return lines
+    for shown in range(len(rows) - 1, 0, -1):
+        lines = table_lines(columns, rows, title=title, width=width, rows_shown=shown)
+        more = [Text(line) for line in wrap(f"… {len(rows) - shown} more {noun} (a taller window shows them)", width, hang="  ")]
+        if len(lines) + len(more) <= room:
+            return lines + more
+    summary = f"{noun}: {len(rows)} (a taller window shows them)"
+    return [Text(line) for line in wrap(summary, width, hang="  ")][: max(room, 0)]

@@ -1,0 +1,91 @@
+"""The live `memstats --watch` view as a person sees it: through a real pseudo-terminal of a given size.
+
+The view is redrawn in place (rich's Live: the cursor goes back up and the lines are written again), so
+what is checked is every line written: none wider than the terminal (a wider one would wrap and push the
+view down a line at each refresh), and no more of them per sample than the window has rows.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+from conftest import devctl_env
+
+# CSI sequences (cursor moves, colours, erase) and OSC ones: what the terminal acts on and does not print.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]")
+
+
+def _run_in_pty(argv: list[str], env: dict, columns: int, rows: int, until: str, timeout_s: float = 60) -> str:
+    """What `argv` writes to a `columns` x `rows` terminal until `until` appears (then SIGINT), as text."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
+    env["TERM"] = "xterm-256color"
+    proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    data = b""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while until not in _ESCAPES.sub("", data.decode("utf-8", "replace")):
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {until!r} within {timeout_s} s; the terminal shows:\n{data.decode('utf-8', 'replace')[-3000:]}")
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    data += os.read(master, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+        proc.send_signal(signal.SIGINT)
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                data += chunk
+            elif proc.poll() is not None:
+                break
+        assert proc.wait(timeout=30) == 130
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.close(master)
+    return data.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("columns,rows", [(80, 24), (200, 50), (60, 12)])
+def test_live_view_fits_the_terminal(columns, rows, tmp_path):
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = devctl_env(devices=8, DEVCTL_RUNTIME_DIR=str(runtime))
+    shown = _run_in_pty(
+        [sys.executable, "-m", "devctl", "memstats", "--watch", "--interval", "0.3"], env, columns, rows, until="sample 3 at"
+    )
+    text = _ESCAPES.sub("", shown)
+    assert "Traceback" not in text, text
+    lines = [line for line in re.split(r"\r\n|\n|\r", text)]
+    too_wide = [line for line in lines if len(line.rstrip()) > columns]
+    assert not too_wide, f"lines wider than {columns} columns:\n" + "\n".join(too_wide)
+    # Each redraw is one sample's view: from its "devctl memstats --watch: sample N" line to the next.
+    frames = re.split(r"devctl memstats --watch: sample \d+ at", text)[1:]
+    assert len(frames) >= 3
+    for frame in frames[:-1]:
+        drawn = [line for line in re.split(r"\r\n|\n|\r", frame) if line.strip()]
+        assert len(drawn) <= rows - 1, f"a {rows}-row window shows {len(drawn)} lines:\n" + "\n".join(drawn)
+    # Headers are whole words, as the view has them (never "histo" / "ry").
+    assert re.search(r"\bdevice\b", text) and re.search(r"\bin use\b", text)
