@@ -8,6 +8,8 @@ machine, imports jax or starts a process.
 
 from __future__ import annotations
 
+from golden_collective import collective_cpu_quick, collective_gpu8
+
 from devctl.model.bench import (
     BenchDevice,
     Cell,
@@ -16,6 +18,7 @@ from devctl.model.bench import (
     Roofs,
     TransferReport,
     fastest_paths,
+    roof_verdict,
 )
 from devctl.model.check import CheckReport, CheckResult, CheckStatus, Expectations
 from devctl.model.doctor import DoctorFinding, DoctorReport, Overview
@@ -254,14 +257,20 @@ SIZES = [4 * KIB * 4**i for i in range(9)] + [GIB]  # the default sweep with 1G,
 
 def _cell(direction, variant, size, src, dst, gbps, roof=None, roof_gbps=None, **kw) -> Cell:
     median = size / (gbps * 1e9)
+    pct, suspect = roof_verdict(gbps, roof, roof_gbps)  # as the probe judges a cell against its roof
     return Cell(
         direction=direction, variant=variant, layout="single", size_bytes=size, src=src, dst=dst, bytes_moved=size,
         samples=max(3, min(1000, int(0.03 / median))), min_s=median * 0.97, p10_s=median * 0.98, median_s=median,
         p90_s=median * 1.06, max_s=median * 1.31, mean_s=median * 1.02, cv=0.04, gbps=gbps, peak_gbps=gbps / 0.97,
-        per_device_gbps=gbps, verified=True, roof=roof, roof_gbps=roof_gbps,
-        pct_of_roof=None if roof_gbps is None else 100 * gbps / roof_gbps,
+        per_device_gbps=gbps, verified=True, roof=roof, roof_gbps=roof_gbps, pct_of_roof=pct, suspect=suspect,
         roof_reason=None if roof else "no roof for this path (NVLink, ICI and HBM peaks are not queried)", **kw,
     )  # fmt: skip
+
+
+def _memcpy_roof(size: int, best_gbps: float, samples: int = 10) -> MemcpyRoof:
+    """The probe's memcpy roof: the fastest of `samples` copies, the typical one a little slower."""
+    best = size / (best_gbps * 1e9)
+    return MemcpyRoof(size, samples, best * 1.04, best_gbps, min_s=best)
 
 
 def _curve(peak: float, half: int, size: int) -> float:
@@ -292,7 +301,7 @@ def bench_gpu8():
         BenchDevice(i, f"cuda:{i}", "gpu", H100, ("device", "pinned_host", "unpinned_host"), BYTES_LIMIT) for i in range(8)
     )
     roofs = Roofs(
-        host_memcpy=tuple(MemcpyRoof(s, 3, s / 11.2e9, 11.2) for s in SIZES),
+        host_memcpy=tuple(_memcpy_roof(s, 11.2) for s in SIZES),
         pcie=(PcieLink("cuda:0", BUS[0], 5, 16, 5, pcie, seen_gen=5, seen_width=16, below_max=False),
               PcieLink("cuda:1", BUS[1], 5, 16, 5, pcie, seen_gen=4, seen_width=16, below_max=True)),
     )  # fmt: skip
@@ -314,12 +323,35 @@ def bench_cpu_quick():
     cells = tuple(cells)
     return TransferReport(
         results=cells,
-        roofs=Roofs(host_memcpy=(MemcpyRoof(4 * KIB, 400, 4.2e-7, 9.75), MemcpyRoof(16 * MIB, 7, 16 * MIB / 9.87e9, roof)),
+        roofs=Roofs(host_memcpy=(_memcpy_roof(4 * KIB, 9.75, 1000), _memcpy_roof(16 * MIB, roof)),
                     pcie_reason="no GPU among the devices measured"),
         fastest=fastest_paths(cells),
         devices=tuple(BenchDevice(i, f"cpu:{i}", "cpu", "cpu", ("device", "pinned_host", "unpinned_host")) for i in range(4)),
         environment={"python": "3.11.7", "jax": "0.10.2", "backend": "cpu", "quick": True,
                      "pairs_note": "d2d pair matrix not measured: CPU devices share host memory (use --all-pairs)"},
+    )  # fmt: skip
+
+
+def bench_cpu1_quick():
+    """`devctl bench transfer --quick` on a one-device CPU host: d2d has no pair (one note, not a row per size),
+    and one copy came out above the memcpy roof (measured while another job ran): suspect, not 106%."""
+    roof = 14.7
+    cells = []
+    for size in (4 * KIB, 16 * MIB):
+        cells.append(_cell("h2d", "pageable", size, "host", "cpu:0", _curve(7.4, 64 * KIB, size), "host_memcpy", roof))
+        d2h = 15.6 if size == 16 * MIB else _curve(6.8, 64 * KIB, size)
+        cells.append(_cell("d2h", "copy", size, "cpu:0", "host", d2h, "host_memcpy", roof))
+        cells.append(Cell("d2d", "put", "single", size, "cpu:0", "none", skipped=True,
+                          note="skipped: device-to-device needs at least 2 devices"))  # fmt: skip
+        cells.append(_cell("d2d-self", "put", size, "cpu:0", "cpu:0", _curve(12.2, 64 * KIB, size), "host_memcpy", roof))
+    cells = tuple(cells)
+    return TransferReport(
+        results=cells,
+        roofs=Roofs(host_memcpy=(_memcpy_roof(4 * KIB, 12.6, 1000), _memcpy_roof(16 * MIB, roof)),
+                    pcie_reason="no GPU among the devices measured"),
+        fastest=fastest_paths(cells),
+        devices=(BenchDevice(0, "cpu:0", "cpu", "cpu", ("device", "pinned_host", "unpinned_host")),),
+        environment={"python": "3.11.7", "jax": "0.10.2", "backend": "cpu", "quick": True},
     )  # fmt: skip
 
 
@@ -490,8 +522,16 @@ VIEWS = {
     "memstats-gpu8": memstats_gpu8,
     "bench-transfer-gpu8": bench_gpu8,
     "bench-transfer-cpu-quick": bench_cpu_quick,
+    "bench-transfer-cpu1-quick": bench_cpu1_quick,
     "check-gpu8": check_gpu8,
     "check-cluster-gpu2x8": check_cluster_gpu2x8,
     "doctor-cpu-broken": doctor_cpu_broken,
     "doctor-gpu8-ok": doctor_gpu8_ok,
+    "bench-collective-gpu8": collective_gpu8,
+    "bench-collective-cpu-quick": collective_cpu_quick,
 }
+
+# bench memory and bench matmul (tests/golden_chip_reports.py).
+from golden_chip_reports import VIEWS as _CHIP_VIEWS  # noqa: E402
+
+VIEWS.update(_CHIP_VIEWS)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 import importlib.metadata
+import io
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 import threading
@@ -100,6 +103,20 @@ def test_every_cell_verified_by_default_and_has_a_roof(main_run):
     assert main_run["roofs"]["pcie"] == [] and "no GPU" in main_run["roofs"]["pcie_reason"]
 
 
+def test_memcpy_roof_is_the_best_of_many_copies_and_a_cell_above_it_is_suspect(main_run):
+    # The roof is the fastest of at least 10 copies (over 50 ms), not their median: a median taken while the
+    # machine was busy let cells come out at 120% of it.
+    for r in main_run["roofs"]["host_memcpy"]:
+        assert r["samples"] >= 10 and r["min_s"] <= r["median_s"]
+        assert r["gbps"] == pytest.approx(r["size_bytes"] / r["min_s"] / 1e9)
+    for c in main_run["results"]:
+        # Whatever this machine measured: above its roof means suspect, with the reason; never otherwise.
+        above = c["pct_of_roof"] is not None and c["pct_of_roof"] > 100
+        assert (c["suspect"] is not None) == above, c
+        if above:
+            assert "GB/s" in c["suspect"] and "memcpy" in c["suspect"]
+
+
 def test_devices_and_environment_recorded(main_run):
     assert [d["name"] for d in main_run["devices"]] == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
     kinds = main_run["devices"][0]["memory_kinds"]
@@ -184,6 +201,9 @@ def test_sharded_and_replicated():
     assert bcast["src"] == "cpu:0" and bcast["bytes_moved"] in (3 * MIB, 4 * MIB)
     rotated = one(doc, direction="d2d", layout="sharded", size_bytes=MIB)
     assert rotated["bytes_moved"] == MIB and rotated["gbps"] > 0
+    # XLA copies a CPU mesh's shards in parallel: one thread's memcpy is no roof for them, and none is claimed.
+    for c in doc["results"]:
+        assert c["roof"] is None and c["pct_of_roof"] is None and "in parallel" in c["roof_reason"], c
 
 
 def test_sharded_size_rounded_to_the_device_count():
@@ -220,6 +240,18 @@ def test_single_device_skips_d2d_with_a_note():
     assert c["skipped"] and c["gbps"] is None and c["samples"] == 0 and "2 devices" in c["note"]
 
 
+def test_single_device_table_says_so_once_instead_of_a_skipped_row_per_size():
+    args = ("--sizes", "4K,64K,1M", "--repeats", "3", "--min-time", "0.005", "--direction", "h2d,d2d,d2d-self")
+    doc = bench(*args, env=cpu_env(1))
+    assert len(cells(doc, direction="d2d", skipped=True)) == 3  # --json keeps every cell
+    proc = run_devctl("bench", "transfer", *args, env=cpu_env(1))
+    assert proc.returncode == 0, proc.stderr
+    assert "→ none" not in proc.stdout and "skipped" not in proc.stdout and "d2d put" not in proc.stdout
+    notes = [line for line in proc.stdout.splitlines() if "one device" in line]
+    assert notes == ["Note: d2d: one device here, nothing to copy between; d2d-self measures on-device copies"]
+    assert "d2d-self   put" in proc.stdout  # the on-device copies are measured and shown
+
+
 def test_size_this_machine_cannot_hold_is_bad_input_naming_the_limit():
     # 16T can never run here: an error naming the size, the estimate and the machine's memory, not a run of skipped cells.
     from devctl.discovery.host import host_memory_limit
@@ -246,7 +278,7 @@ def test_table_chart_and_summary_on_stdout_nothing_on_stderr():
     proc = run_devctl("bench", "transfer", *SMALL, "--variants", "main,aligned", env=cpu_env())
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "GB/s" in out and "% of roof" in out and "Median" in out
+    assert "GB/s" in out and "% of roof" in out and "median" in out and "p10 – p90" in out  # whole off a terminal
     assert "Bandwidth against size" in out and "█" in out
     assert "Fastest h2d at 1M" in out and "Roof, host memcpy" in out
     assert "zero-copy" in out
@@ -289,8 +321,11 @@ def test_progress_bar_only_on_a_terminal():
 
 # ---- the regression gate -----------------------------------------------------------------------------
 
-GATE_ARGS = ("--sizes", "4K,1M", "--repeats", "3", "--direction", "h2d,d2d-self")
+# 4K is latency-bound on every path (its time is nearly all fixed cost), 64M bandwidth-bound: the gate judges
+# the 64M cells and counts the 4K ones as not gated.
+GATE_ARGS = ("--sizes", "4K,64M", "--repeats", "5", "--direction", "h2d,d2d-self")
 GATE_CELLS = 4 if SELF_PUT_COPIES else 2  # cells with a GB/s to compare
+GATED = GATE_CELLS // 2  # the 64M ones
 
 
 @pytest.fixture(scope="module")
@@ -298,33 +333,63 @@ def baseline_doc() -> dict:
     return bench(*GATE_ARGS)
 
 
-def test_gate_passes_against_itself_with_a_generous_threshold(tmp_path, baseline_doc):
-    path = tmp_path / "base.json"
-    path.write_text(json.dumps(baseline_doc))
-    proc = run_devctl("bench", "transfer", *GATE_ARGS, "--baseline", str(path), "--max-regression", "99%", "--json", env=cpu_env())
+def gate_run(tmp_path, doc: dict, *args: str, name: str = "base.json") -> subprocess.CompletedProcess:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return run_devctl("bench", "transfer", *GATE_ARGS, "--baseline", str(path), *args, env=cpu_env())
+
+
+def test_a_rerun_passes_against_its_own_baseline_judging_the_bandwidth_bound_cells(tmp_path, baseline_doc):
+    # 99%: this test is about what is judged and said; whether identical reruns pass at 10% is a statistical
+    # question, answered by benchmarks/bench_gate.py (tests never depend on timing).
+    proc = gate_run(tmp_path, baseline_doc, "--max-regression", "99%", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     validate_schema(doc, "bench.transfer")
-    assert doc["gate"]["passed"] is True and doc["gate"]["compared"] == GATE_CELLS and doc["gate"]["regressions"] == []
+    gate = doc["gate"]
+    assert gate["passed"] is True and gate["regressions"] == [] and gate["all_sizes"] is False
+    assert (gate["compared"], gate["gated"], gate["latency_bound"], gate["one_size"]) == (GATE_CELLS, GATED, GATE_CELLS - GATED, 0)
+    assert 0 <= gate["min_noise_pct"] <= gate["max_noise_pct"]
+    assert f"{GATED} bandwidth-bound cells gated, none fell more than 99% beyond its noise band" in proc.stderr
+    assert f"{GATE_CELLS - GATED} latency-bound cells not gated; --gate-all-sizes gates them" in proc.stderr
 
 
-def test_gate_fails_and_names_the_cells_below(tmp_path, baseline_doc):
-    inflated = json.loads(json.dumps(baseline_doc))
-    for c in inflated["results"]:
+def faster(doc: dict, factor: float) -> dict:
+    """The baseline as if every path had been `factor` times faster, with almost no spread."""
+    out = json.loads(json.dumps(doc))
+    for c in out["results"]:
         if c["gbps"] is not None:
-            c["gbps"] *= 1000
-    path = tmp_path / "fast.json"
-    path.write_text(json.dumps(inflated))
-    proc = run_devctl("bench", "transfer", *GATE_ARGS, "--baseline", str(path), "--max-regression", "10%", env=cpu_env())
+            c["gbps"] *= factor
+            c["median_s"] /= factor
+            c["p10_s"], c["p90_s"] = c["median_s"] * 0.995, c["median_s"] * 1.005
+    return out
+
+
+def test_a_faster_tight_baseline_fails_naming_each_cell_and_how_far_past_its_noise(tmp_path, baseline_doc):
+    # 4x: the drop (-75%) stays beyond 10% plus the noise band even when this run's own samples spread widely.
+    proc = gate_run(tmp_path, faster(baseline_doc, 4), "--max-regression", "10%", name="fast.json")
     assert proc.returncode == 1, proc.stderr
-    assert f"{GATE_CELLS} of {GATE_CELLS} cells fell more than 10% below the baseline" in proc.stderr
-    assert "h2d pageable single 4K host->cpu:0" in proc.stderr
-    assert ("d2d-self put single 1M cpu:0->cpu:0" in proc.stderr) is SELF_PUT_COPIES  # a zero-copy cell has no GB/s to compare
     assert "Traceback" not in proc.stderr
-    doc = run_json("bench", "transfer", *GATE_ARGS, "--baseline", str(path), env=cpu_env(), expect_code=1)
+    assert f"{GATED} of {GATED} bandwidth-bound cells fell more than 10% beyond its noise band" in proc.stderr
+    line = next(x for x in proc.stderr.splitlines() if "h2d pageable single 64M host->cpu:0" in x)
+    assert re.search(r": [0-9.]+ GB/s, -\d+% vs [0-9.]+ GB/s \(noise band ±\d+%: \d+ points beyond it\)$", line), line
+    assert ("d2d-self put single 64M cpu:0->cpu:0" in proc.stderr) is SELF_PUT_COPIES  # a zero-copy cell has no GB/s to compare
+    assert "single 4K" not in proc.stderr  # latency-bound: not judged
+    assert f"{GATE_CELLS - GATED} latency-bound cells not gated" in proc.stderr
+    doc = run_json("bench", "transfer", *GATE_ARGS, "--baseline", str(tmp_path / "fast.json"), env=cpu_env(), expect_code=1)
     validate_schema(doc, "bench.transfer")
-    assert doc["gate"]["passed"] is False and doc["gate"]["max_regression_pct"] == 10
-    assert len(doc["gate"]["regressions"]) == GATE_CELLS
+    gate = doc["gate"]
+    assert gate["passed"] is False and gate["max_regression_pct"] == 10 and len(gate["regressions"]) == GATED
+    for r in gate["regressions"]:
+        assert r["size_bytes"] == 64 * MIB and r["change_pct"] == pytest.approx(-75, abs=15)
+        assert r["beyond_noise_pct"] == pytest.approx(-r["change_pct"] - r["noise_pct"]) and r["beyond_noise_pct"] > 10
+
+
+def test_gate_all_sizes_judges_the_latency_bound_cells_too(tmp_path, baseline_doc):
+    doc = json.loads(gate_run(tmp_path, faster(baseline_doc, 4), "--gate-all-sizes", "--json").stdout)
+    gate = doc["gate"]
+    assert gate["all_sizes"] is True and (gate["gated"], gate["latency_bound"]) == (GATE_CELLS, 0)
+    assert {r["size_bytes"] for r in gate["regressions"]} == {4 * KIB, 64 * MIB}
 
 
 def test_gate_with_no_matching_cell_is_bad_input(tmp_path, baseline_doc):
@@ -332,6 +397,27 @@ def test_gate_with_no_matching_cell_is_bad_input(tmp_path, baseline_doc):
     path.write_text(json.dumps(baseline_doc))
     proc = run_devctl("bench", "transfer", "--sizes", "8K", "--repeats", "3", "--direction", "h2d", "--baseline", str(path), env=cpu_env())
     assert_usage_error(proc, "no cell matching")
+
+
+def test_gate_with_only_latency_bound_cells_to_judge_is_bad_input_not_a_pass(tmp_path, baseline_doc):
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps(baseline_doc))
+    args = ("bench", "transfer", "--sizes", "4K", "--repeats", "3", "--direction", "h2d", "--baseline", str(path))
+    assert_usage_error(run_devctl(*args, env=cpu_env()), "none of the 1 matching cells is bandwidth-bound", "--gate-all-sizes")
+    assert run_devctl(*args, "--gate-all-sizes", "--max-regression", "99%", env=cpu_env()).returncode == 0
+
+
+def test_a_baseline_without_the_spread_of_its_samples_is_refused(tmp_path, baseline_doc):
+    """An older or hand-made result with a GB/s but no p10/median/p90 cannot be judged against its noise."""
+    old = json.loads(json.dumps(baseline_doc))
+    i = next(i for i, c in enumerate(old["results"]) if c["gbps"] is not None)
+    for k in ("p10_s", "p90_s"):
+        del old["results"][i][k]
+    assert_usage_error(gate_run(tmp_path, old, name="old.json"), f"results[{i}] has a bandwidth but no samples, p10_s")
+    swapped = json.loads(json.dumps(baseline_doc))
+    cell = swapped["results"][i]
+    cell["p10_s"], cell["p90_s"] = cell["p90_s"] * 2, cell["p10_s"] / 2
+    assert_usage_error(gate_run(tmp_path, swapped, name="swapped.json"), f"results[{i}] has p10_s", "not in order")
 
 
 # ---- bad input ---------------------------------------------------------------------------------------
@@ -353,6 +439,7 @@ def test_gate_with_no_matching_cell_is_bad_input(tmp_path, baseline_doc):
         (("--device", "gpu0"), "'gpu0'"),
         (("--src", "1", "--dst", "1"), "d2d-self"),
         (("--max-regression", "10%"), "--baseline"),
+        (("--gate-all-sizes",), "--gate-all-sizes needs --baseline"),
         (("--timeout", "0"), "--timeout"),
         # An empty value is an error, never "the default" (a script's variable that came out empty).
         (("--direction", ""), "--direction is empty"),
@@ -437,21 +524,6 @@ def test_pcie_peak_table():
     assert pcie_peak_gbps(None, 16) is None and pcie_peak_gbps(9, 16) is None
 
 
-def test_compare_with_baseline_rules():
-    from devctl.model.bench import Baseline, Cell, compare_with_baseline
-
-    def cell(gbps, size=4096, zero=False):
-        return Cell("h2d", "pageable", "single", size, "host", "cpu:0", gbps=gbps, zero_copy=zero)
-
-    # A baseline cell without bandwidth is not in Baseline.gbps (the CLI leaves it out), so it is not compared.
-    base = Baseline("b.json", {cell(10.0).key: 10.0, cell(10.0, size=8192).key: 10.0})
-    gate = compare_with_baseline([cell(9.5), cell(8.0, size=8192), cell(1.0, size=1 << 20)], base, 10)
-    assert gate.compared == 2 and not gate.passed
-    assert [(r.size_bytes, round(r.change_pct)) for r in gate.regressions] == [(8192, -20)]
-    gate = compare_with_baseline([cell(None, zero=True)], base, 10)
-    assert not gate.passed and gate.regressions[0].gbps is None  # measured before, nothing now
-
-
 def test_chart_bar():
     from devctl.render.bench import bar
 
@@ -488,3 +560,15 @@ def test_gpu_quick_h2d_against_the_pcie_roof():
     assert links, doc["roofs"]
     assert big["roof"] == "pcie" and big["roof_gbps"] == pytest.approx(links[0]["peak_gbps"])
     assert 0 < big["pct_of_roof"] <= 100
+
+
+def test_csv_is_one_row_per_cell_and_mesh_figures_say_they_are_aggregates():
+    env = devctl_env(devices=2)
+    proc = run_devctl("bench", "transfer", "--quick", "--direction", "h2d", "--csv", env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+    assert rows and all(r["direction"] == "h2d" for r in rows)
+    assert all(int(r["size_bytes"]) > 0 and float(r["gbps"]) > 0 for r in rows), rows
+    proc = run_devctl("bench", "transfer", "--quick", "--direction", "h2d", "--replicated", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "replicated: GB/s is the aggregate over every device of the mesh" in " ".join(proc.stdout.split())

@@ -33,32 +33,59 @@ def test_help_imports_nothing_heavy(args, cache):
     assert not loaded, f"`devctl {' '.join(args)}` imported {loaded[:5]}"
 
 
-def test_completion_request_imports_nothing_heavy():
-    env = {"_DEVCTL_COMPLETE": "complete_bash", "COMP_WORDS": "devctl li", "COMP_CWORD": "1"}
-    modules = _imported_modules(env)
+def _tab(shell: str, line: str) -> dict[str, str]:
+    """The environment a completion script gives devctl for TAB at the end of `line` (devctl.cli.completion)."""
+    return {"_DEVCTL_COMPLETE": shell, "_DEVCTL_COMPLETE_LINE": line, "_DEVCTL_COMPLETE_WORDBREAKS": "\"'><=;|&(:"}
+
+
+@pytest.mark.parametrize(
+    "line", ["devctl li", "devctl ", "devctl memstats --device ", "devctl check --only versions,", "devctl bench transfer --direction "]
+)
+def test_completion_request_imports_nothing_heavy(line):
+    modules = _imported_modules(_tab("bash", line))
     assert not [m for m in modules if m.split(".")[0] in HEAVY]
 
 
 def test_completion_answers_commands():
-    env = devctl_env(_DEVCTL_COMPLETE="complete_bash", COMP_WORDS="devctl pl", COMP_CWORD="1")
-    proc = run_devctl(env=env)
-    assert proc.stdout.split() == ["plugins"]
+    proc = run_devctl(env=devctl_env(**_tab("bash", "devctl pl")))
+    assert proc.returncode == 0 and proc.stdout == "plain\tplugins\n", proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize(
-    "env,expected",
+    "shell,line,expected",
     [
-        ({"_DEVCTL_COMPLETE": "complete_bash", "COMP_WORDS": "devctl list --j", "COMP_CWORD": "2"}, "--json"),
-        ({"_DEVCTL_COMPLETE": "complete_bash", "COMP_WORDS": "devctl bench ", "COMP_CWORD": "2"}, "transfer"),
-        ({"_DEVCTL_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "devctl bench transfer --dir"}, "--direction"),
-        ({"_DEVCTL_COMPLETE": "complete_fish", "_TYPER_COMPLETE_ARGS": "devctl check --on", "_TYPER_COMPLETE_FISH_ACTION": "get-args"}, "--only"),
-        ({"_DEVCTL_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "devctl mem"}, "memstats"),
+        ("bash", "devctl list --j", "plain\t--json\n"),
+        ("bash", "devctl bench ", "plain\ttransfer\n"),
+        ("zsh", "devctl bench transfer --dir", "plain\t--direction\t"),
+        ("fish", "devctl check --on", "plain\t--only\t"),
+        ("zsh", "devctl mem", "plain\tmemstats\t"),
+        ("fish", "devctl bench transfer --direction h", "plain\th2d\thost to device\n"),
+        ("bash", "devctl check --only=ver", "plain\tversions\n"),  # readline replaces only what follows `=`
+        ("zsh", "devctl check --only=ver", "plain\t--only=versions\n"),
+        ("bash", "devctl memstats -d cpu:0,nv", "partial\t0,nvml:\n"),  # ... and only what follows `:`
+        ("fish", "devctl check --config ", "file\t\n"),
+        ("zsh", "devctl list --host-root /", "dir\t/\n"),
     ],
 )
-def test_completion_answers_options_of_the_command_typed(env, expected):
-    # A TAB press builds only the command already typed: its options must all still be offered.
-    proc = run_devctl(env=devctl_env(**env))
+def test_completion_answers_options_of_the_command_typed(shell, line, expected):
+    # A TAB press builds only the command already typed: its options and their values must all still be offered.
+    proc = run_devctl(env=devctl_env(**_tab(shell, line)))
     assert proc.returncode == 0 and expected in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_completion_request_of_another_protocol_is_one_line_exit_2():
+    # typer's protocol (a script installed from an older devctl): say what to do instead of printing nothing.
+    proc = run_devctl(env=devctl_env(_DEVCTL_COMPLETE="complete_bash", COMP_WORDS="devctl li", COMP_CWORD="1"))
+    assert_usage_error(proc, "complete_bash", "completions/")
+    assert proc.stderr.startswith("devctl: error: ")
+
+
+@pytest.mark.parametrize("args", [["--show-completion"], ["--show-completion", "zsh"], ["--install-completion"]])
+def test_typers_completion_options_are_gone(args):
+    # One install method, the README's: typer's options would edit ~/.bashrc or print bash's script for zsh.
+    proc = run_devctl(*args)
+    assert_usage_error(proc, args[0])
+    assert proc.stderr.startswith("devctl: error: No such option: ")
 
 
 def test_completion_scripts_and_cached_help_are_current():
@@ -118,6 +145,67 @@ def test_command_help_needs_only_that_command():
 )
 def test_bad_input_is_one_line_exit_2(args, needles):
     assert_usage_error(run_devctl(*args), *needles)
+
+
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        # typer's parser: a bad value, an unknown option, a missing value, an unknown command
+        (["bench", "transfer", "--repeats", "x"], ["'x'", "(see devctl bench transfer --help)"]),
+        (["bench", "transfer", "--bogus"], ["--bogus", "(see devctl bench transfer --help)"]),
+        (["bench", "transfer", "--repeats"], ["--repeats", "(see devctl bench transfer --help)"]),
+        (["memstats", "-n"], ["-n", "(see devctl memstats --help)"]),
+        (["check", "--only"], ["--only", "(see devctl check --help)"]),
+        (["bench", "frob"], ["frob", "(see devctl bench --help)"]),
+        (["--bogus"], ["--bogus", "(see devctl --help)"]),
+        # devctl's own checks (DevctlError)
+        (["bench", "transfer", "--direction", "up"], ["'up'", "h2d"]),
+        (["check", "--only", "nope"], ["'nope'", "versions"]),
+        (["list", "--json", "--csv"], ["--json", "--csv"]),
+    ],
+)
+def test_every_error_line_starts_devctl_error(args, needles):
+    # Whoever found the fault, typer's parser or devctl, the line starts the same (README: one line, exit 2).
+    from devctl.cli.app import ERROR_PREFIX
+
+    proc = run_devctl(*args)
+    assert_usage_error(proc, *needles)
+    assert proc.stderr.startswith(ERROR_PREFIX) and ERROR_PREFIX == "devctl: error: ", proc.stderr
+
+
+def _command_paths() -> list[list[str]]:
+    """Every command and group of the CLI, as the words that name it (`bench transfer`)."""
+    import typer.main
+
+    from devctl.cli.app import register
+
+    def walk(command, path: list[str]):
+        yield path
+        if hasattr(command, "list_commands"):
+            for name in command.list_commands(None):
+                yield from walk(command.get_command(None, name), [*path, name])
+
+    return [path for path in walk(typer.main.get_command(register()), []) if path]
+
+
+def test_help_says_each_default_once():
+    # "(default 1). [default: 1]": an option's help says its default in words or typer shows it, not both.
+    import re
+
+    paths = _command_paths()
+    assert ["bench", "transfer"] in paths and ["check"] in paths
+    for args in paths:
+        proc = run_devctl(*args, "--help", env=devctl_env(COLUMNS="200", TERM="dumb"))
+        assert proc.returncode == 0, proc.stderr
+        entries: list[str] = []
+        for row in proc.stdout.splitlines():
+            if re.match(r"^  -", row):
+                entries.append(row)
+            elif entries and row.startswith("    "):
+                entries[-1] += " " + row.strip()
+        assert entries, proc.stdout
+        for entry in entries:
+            assert len(re.findall(r"\bdefault\b", entry, re.IGNORECASE)) <= 1, f"devctl {' '.join(args)} --help: {entry}"
 
 
 def test_malformed_timeout_env_value_is_one_line_exit_2():

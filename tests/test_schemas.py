@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Generic, Literal, TypedDict, TypeVar
 
+import golden_chip_reports as golden_chip
 import golden_reports as golden
 import jsonschema
 import pytest
@@ -207,6 +208,10 @@ def _reports():
     builders = ("list_gpu8", "list_cpu_broken", "plugins_gpu", "env_gpu", "memstats_gpu8", "bench_gpu8", "bench_cpu_quick",
                 "check_gpu8", "doctor_cpu_broken", "doctor_gpu8_ok")  # fmt: skip
     out = {name: (type(getattr(golden, name)()), getattr(golden, name)) for name in builders}
+    # bench memory and bench matmul (tests/golden_chip_reports.py), as their golden tables show them.
+    out.update({name: (type(build()), build) for name, build in golden_chip.VIEWS.items()})
+    # bench collective (tests/golden_collective.py): the 8-GPU run, with its link matrix and straggler.
+    out["bench-collective-gpu8"] = (type(golden.collective_gpu8()), golden.collective_gpu8)
     out["list-distributed"] = (ListClusterReport, lambda: _cluster("list"))
     out["memstats-distributed"] = (MemstatsClusterReport, lambda: _cluster("memstats"))
     return out

@@ -1,5 +1,6 @@
 """`devctl bench transfer`'s pure logic, imported directly: the regression gate, the fastest paths, the
-host-memory estimate, the statistics, and the probe child's plan of cells.
+host-memory estimate, the statistics, the probe child's plan of cells, the roof verdict (a cell above its roof
+is suspect), and the text view's rules for one device and suspect cells.
 
 The end-to-end tests (tests/test_bench_transfer.py) run all of this once through real CPU JAX; here each rule
 gets its edge cases, and the planning gets the machines CPU JAX cannot be (8 GPUs, one device, devices
@@ -25,70 +26,150 @@ def cell(direction="h2d", variant="pageable", size=4 * KIB, src="host", dst="cpu
 # ---- the regression gate ------------------------------------------------------------------------------
 
 
-def test_gate_passes_when_no_cell_falls_below_the_floor():
-    base = Baseline("base.json", {cell(size=s).key: 10.0 for s in (4 * KIB, MIB)})
-    gate = compare_with_baseline([cell(size=4 * KIB, gbps=9.01), cell(size=MIB, gbps=12.0)], base, 10)
-    assert gate.passed and gate.regressions == () and gate.compared == 2
-    assert (gate.baseline, gate.max_regression_pct) == ("base.json", 10)
+def timed(size=16 * MIB, median_s=1e-3, spread=0.05, samples=10, **kw) -> Cell:
+    """A measured cell whose p10 and p90 lie `spread` (a fraction) either side of its median."""
+    gbps = size / median_s / 1e9
+    p10, p90 = median_s * (1 - spread), median_s * (1 + spread)
+    return cell(size=size, gbps=gbps, samples=samples, p10_s=p10, median_s=median_s, p90_s=p90, **kw)
 
 
-def test_gate_floor_is_inclusive():
-    """Exactly the allowed share below is still allowed; a hair under it is a regression."""
-    base = Baseline("b", {cell().key: 10.0})
-    assert compare_with_baseline([cell(gbps=8.0)], base, 20).passed
-    gate = compare_with_baseline([cell(gbps=7.99)], base, 20)
-    assert not gate.passed
+def slower(c: Cell, factor: float, spread: float = 0.05) -> Cell:
+    """The same cell measured again, its median time `factor` times the first's."""
+    assert c.median_s is not None
+    return timed(c.size_bytes, c.median_s * factor, spread, direction=c.direction, variant=c.variant, src=c.src, dst=c.dst, layout=c.layout)
+
+
+def baseline(*cells: Cell, name: str = "b") -> Baseline:
+    return Baseline(name, {c.key: c for c in cells})
+
+
+# A path as CPU JAX measures it with --quick: 30 us of fixed cost, then 12.5 GB/s.
+SMALL = timed(4 * KIB, 30e-6 + 4 * KIB / 12.5e9)
+LARGE = timed(16 * MIB, 30e-6 + 16 * MIB / 12.5e9)
+
+
+def test_fixed_cost_is_where_the_line_through_the_smallest_and_largest_sizes_meets_zero_bytes():
+    mid = timed(MIB, 5e-3)  # a middle size does not move the estimate
+    (cost,) = m.fixed_costs_s([SMALL, mid, LARGE]).values()
+    assert cost == pytest.approx(30e-6)
+    # Small sizes faster per byte than the large one (a cache) would put the line below zero: no fixed cost.
+    assert list(m.fixed_costs_s([timed(4 * KIB, 1e-7), timed(16 * MIB, 1e-2)]).values()) == [0.0]
+    # One size cannot tell fixed cost from bytes.
+    assert list(m.fixed_costs_s([LARGE]).values()) == [None]
+    # Each path has its own: another direction is another line.
+    d2h = [timed(s, t, direction="d2h", variant="copy", src="cpu:0", dst="host") for s, t in ((4 * KIB, 5e-6), (16 * MIB, 1e-3))]
+    assert len(m.fixed_costs_s([SMALL, LARGE, *d2h])) == 2
+
+
+def test_noise_is_half_the_p10_to_p90_spread_in_percent_of_the_median():
+    assert m.noise_pct(timed(median_s=2e-3, spread=0.1)) == pytest.approx(10.0)
+    assert m.noise_pct(cell()) is None  # no samples' figures
+
+
+def test_only_bandwidth_bound_cells_are_gated_and_the_rest_are_counted():
+    gate = compare_with_baseline([SMALL, LARGE], baseline(SMALL, LARGE), 10)
+    assert gate.passed and (gate.compared, gate.gated, gate.latency_bound, gate.one_size) == (2, 1, 1, 0)
+    # The 4K cell at ten times its time would fail if it were judged; it is not, unless asked.
+    now = [slower(SMALL, 10), LARGE]
+    assert compare_with_baseline(now, baseline(SMALL, LARGE), 10).passed
+    every = compare_with_baseline(now, baseline(SMALL, LARGE), 10, all_sizes=True)
+    assert not every.passed and (every.gated, every.latency_bound, every.all_sizes) == (2, 0, True)
+    assert [r.size_bytes for r in every.regressions] == [4 * KIB]
+
+
+def test_boundness_is_decided_by_the_baseline_not_by_this_run():
+    """Every rerun judges the same cells, however its own small sizes came out."""
+    now = [slower(SMALL, 100), slower(LARGE, 2)]
+    gate = compare_with_baseline(now, baseline(SMALL, LARGE), 10)
+    assert (gate.gated, gate.latency_bound) == (1, 1) and [r.size_bytes for r in gate.regressions] == [16 * MIB]
+
+
+def test_a_path_measured_at_one_size_is_not_gated_unless_asked():
+    gate = compare_with_baseline([LARGE], baseline(LARGE), 10)
+    assert (gate.compared, gate.gated, gate.one_size) == (1, 0, 1)
+    assert compare_with_baseline([LARGE], baseline(LARGE), 10, all_sizes=True).gated == 1
+
+
+def test_a_drop_inside_the_noise_band_plus_the_allowance_passes():
+    # Noise band: 5% + 5%; allowed: 10% beyond it. Bandwidth 1/1.2 of the baseline's is a drop of 16.7%.
+    assert compare_with_baseline([SMALL, slower(LARGE, 1.2)], baseline(SMALL, LARGE), 10).passed
+    gate = compare_with_baseline([SMALL, slower(LARGE, 1.3)], baseline(SMALL, LARGE), 10)
     (r,) = gate.regressions
-    assert r.baseline_gbps == 10.0 and r.gbps == 7.99 and r.change_pct == pytest.approx(-20.1)
+    assert r.change_pct == pytest.approx(-100 * 0.3 / 1.3)  # -23.1%
+    assert r.noise_pct == pytest.approx(10.0) and r.beyond_noise_pct == pytest.approx(100 * 0.3 / 1.3 - 10)
+    assert r.baseline_gbps == LARGE.gbps and r.gbps == pytest.approx(LARGE.gbps / 1.3)
 
 
-def test_gate_with_zero_tolerance_fails_any_slowdown_and_never_a_speedup():
-    base = Baseline("b", {cell().key: 10.0})
-    assert not compare_with_baseline([cell(gbps=9.999)], base, 0).passed
-    assert compare_with_baseline([cell(gbps=10.0)], base, 0).passed
-    assert compare_with_baseline([cell(gbps=50.0)], base, 0).passed
+def test_a_noisy_baseline_widens_the_band_and_a_noisy_rerun_too():
+    noisy = timed(16 * MIB, LARGE.median_s, spread=0.4)
+    assert compare_with_baseline([SMALL, slower(LARGE, 1.6)], baseline(SMALL, noisy), 10).passed  # -37.5%, band 45%
+    assert compare_with_baseline([SMALL, slower(LARGE, 1.6, spread=0.4)], baseline(SMALL, LARGE), 10).passed
+    assert not compare_with_baseline([SMALL, slower(LARGE, 1.6)], baseline(SMALL, LARGE), 10).passed
+
+
+def test_the_allowance_is_inclusive_and_zero_fails_any_drop_past_the_band():
+    # A drop exactly the band plus the allowance is allowed.
+    base = baseline(SMALL, LARGE)
+    exact = timed(16 * MIB, LARGE.median_s / (1 - 0.20))  # -20%: 10 points of band, 10 allowed
+    assert compare_with_baseline([exact], base, 10).passed
+    assert not compare_with_baseline([exact], base, 9.9).passed
+    assert not compare_with_baseline([slower(LARGE, 1.12)], base, 0).passed  # -10.7%, band 10%
+    assert compare_with_baseline([slower(LARGE, 1.1)], base, 0).passed  # -9.1%, inside the band
+    assert compare_with_baseline([slower(LARGE, 0.2)], base, 0).passed  # faster is never a regression
 
 
 def test_gate_matches_cells_by_every_part_of_their_key():
     """Same size and direction but another variant, layout, source or destination is another cell."""
-    base = Baseline("b", {cell().key: 10.0})
     others = [
-        cell(variant="pinned", gbps=1.0),
-        cell(layout="sharded", gbps=1.0),
-        cell(dst="cpu:1", gbps=1.0),
-        cell(direction="d2h", src="cpu:0", dst="host", gbps=1.0),
-        cell(size=8 * KIB, gbps=1.0),
+        timed(16 * MIB, 1.0, variant="pinned"),
+        timed(16 * MIB, 1.0, layout="sharded"),
+        timed(16 * MIB, 1.0, dst="cpu:1"),
+        timed(16 * MIB, 1.0, direction="d2h", src="cpu:0", dst="host"),
+        timed(8 * MIB, 1.0),
     ]
-    gate = compare_with_baseline(others, base, 10)
+    gate = compare_with_baseline(others, baseline(SMALL, LARGE), 10)
     assert gate.compared == 0 and gate.passed
 
 
-def test_gate_counts_a_cell_that_measured_nothing_now_as_regressed():
-    base = Baseline("b", {cell().key: 10.0, cell(size=MIB).key: 10.0})
-    now = [cell(gbps=None, zero_copy=True), cell(size=MIB, gbps=None, skipped=True, note="skipped: out of memory")]
-    gate = compare_with_baseline(now, base, 50)
-    assert not gate.passed and gate.compared == 2
-    assert [(r.size_bytes, r.gbps, r.change_pct) for r in gate.regressions] == [(4 * KIB, None, None), (MIB, None, None)]
+def test_a_gated_cell_that_measured_nothing_now_has_regressed_whatever_the_noise():
+    large2 = timed(64 * MIB, 4 * LARGE.median_s)
+    now = [cell(size=16 * MIB, gbps=None, zero_copy=True), cell(size=64 * MIB, gbps=None, skipped=True, note="out of memory")]
+    gate = compare_with_baseline(now, baseline(SMALL, LARGE, large2), 50)
+    assert not gate.passed and gate.gated == 2
+    assert [(r.size_bytes, r.gbps, r.change_pct, r.noise_pct) for r in gate.regressions] == [
+        (16 * MIB, None, None, None), (64 * MIB, None, None, None)
+    ]  # fmt: skip
 
 
-def test_gate_lists_regressions_in_the_order_of_the_run():
-    sizes = [MIB, 4 * KIB, 64 * MIB]
-    base = Baseline("b", {cell(size=s).key: 10.0 for s in sizes})
-    gate = compare_with_baseline([cell(size=s, gbps=1.0) for s in sizes], base, 10)
+def test_gate_lists_regressions_in_the_order_of_the_run_and_its_band_range():
+    sizes = [64 * MIB, 16 * MIB, 256 * MIB]
+    base = baseline(SMALL, *(timed(s, s / 12.5e9) for s in sizes))
+    gate = compare_with_baseline([timed(s, 2 * s / 12.5e9, spread=0.01 * i) for i, s in enumerate(sizes, 1)], base, 10)
     assert [r.size_bytes for r in gate.regressions] == sizes
+    assert (gate.min_noise_pct, gate.max_noise_pct) == (pytest.approx(6.0), pytest.approx(8.0))
 
 
-def test_gate_lines_say_what_fell_and_by_how_much():
+def test_gate_lines_say_what_fell_how_far_past_its_noise_and_what_was_not_gated():
     from devctl.render.bench import gate_lines
 
-    base = Baseline("runs/a100.json", {cell(size=64 * MIB).key: 20.0, cell(size=4 * KIB).key: 1.0})
-    gate = compare_with_baseline([cell(size=64 * MIB, gbps=15.0), cell(size=4 * KIB, gbps=None, zero_copy=True)], base, 10)
-    lines = gate_lines(gate)
-    assert lines[0] == "baseline runs/a100.json: 2 of 2 cells fell more than 10% below the baseline:"
-    assert lines[1] == "  h2d pageable single 64M host->cpu:0: 15 GB/s (-25.0%), baseline 20 GB/s"
-    assert lines[2] == "  h2d pageable single 4K host->cpu:0: no bandwidth (zero-copy or skipped), baseline 1 GB/s"
-    ok = compare_with_baseline([cell(size=64 * MIB, gbps=19.0)], base, 10)
-    assert gate_lines(ok) == ["baseline runs/a100.json: 1 cells compared, none more than 10% below the baseline"]
+    base = baseline(SMALL, LARGE, timed(64 * MIB, 4 * LARGE.median_s), name="runs/a100.json")
+    now = [SMALL, slower(LARGE, 1.3), cell(size=64 * MIB, gbps=None, zero_copy=True)]
+    lines = gate_lines(compare_with_baseline(now, base, 10))
+    assert lines == [
+        "baseline runs/a100.json: 2 of 2 bandwidth-bound cells fell more than 10% beyond its noise band:",
+        f"  h2d pageable single 16M host->cpu:0: {LARGE.gbps / 1.3:.3g} GB/s, -23% vs {LARGE.gbps:.3g} GB/s (noise band ±10%: 13 points beyond it)",
+        f"  h2d pageable single 64M host->cpu:0: no bandwidth now (zero-copy or skipped), baseline {LARGE.gbps:.3g} GB/s",
+        "1 latency-bound cells not gated; --gate-all-sizes gates them",
+    ]
+    ok = gate_lines(compare_with_baseline([SMALL, slower(LARGE, 1.1)], base, 10))
+    assert ok == [
+        "baseline runs/a100.json: 1 bandwidth-bound cells gated, none fell more than 10% beyond its noise band (noise band ±10%)",
+        "1 latency-bound cells not gated; --gate-all-sizes gates them",
+    ]
+    one = gate_lines(compare_with_baseline([LARGE], baseline(LARGE, name="b"), 10, all_sizes=False))
+    assert one[-1].startswith("1 cells not gated: their path was measured at one size")
+    every = gate_lines(compare_with_baseline([SMALL, LARGE], base, 10, all_sizes=True))
+    assert every == ["baseline runs/a100.json: 2 cells gated, none fell more than 10% beyond its noise band (noise band ±10%)"]
 
 
 # ---- the fastest paths --------------------------------------------------------------------------------
@@ -476,3 +557,108 @@ def test_devices_involved_per_layout():
     assert devices_involved(Spec("h2d", "pageable", "sharded", 1, None, "mesh", mesh)) == 4
     assert devices_involved(Spec("d2h", "copy", "replicated", 1, "mesh", None, mesh)) == 1
     assert devices_involved(Spec("d2d", "put", "replicated", 1, 0, "mesh", mesh)) == 3
+
+
+# ---- roofs: a cell above its roof is suspect -----------------------------------------------------------
+
+
+def test_a_cell_at_or_below_its_roof_gets_its_percentage():
+    assert m.roof_verdict(7.5, "host_memcpy", 15.0) == (50.0, None)
+    assert m.roof_verdict(15.0, "host_memcpy", 15.0) == (100.0, None)  # reaching the roof is allowed
+
+
+def test_a_cell_above_its_roof_is_suspect_and_says_which_roof():
+    pct, why = m.roof_verdict(17.7, "host_memcpy", 15.0)
+    assert pct == pytest.approx(118.0) and m.above_roof(pct)
+    assert why is not None and "118% of the host's best memcpy (15 GB/s)" in why and "17.7 GB/s" in why
+    pct, why = m.roof_verdict(64.0, "pcie", 63.0)
+    assert why is not None and "the PCIe link's peak (63 GB/s)" in why
+
+
+def test_no_bandwidth_or_no_roof_is_neither_a_percentage_nor_suspect():
+    assert m.roof_verdict(None, "host_memcpy", 15.0) == (None, None)  # zero-copy, skipped
+    assert m.roof_verdict(400.0, None, None) == (None, None)  # NVLink: no roof queried
+    assert not m.above_roof(None)
+
+
+def test_a_mesh_of_cpu_devices_has_no_memcpy_roof():
+    """XLA's CPU client copies a mesh's shards in parallel, so one thread's memcpy is no limit for them."""
+    b = planned([cpu(i) for i in range(4)], layouts=("single", "sharded"), directions=("h2d",), sizes_bytes=(MIB,))
+    roof = m.MemcpyRoof(MIB, 50, MIB / 10e9, 12.0, min_s=MIB / 12e9)
+    by = {s.layout: s for s in b.plan()[0]}
+    assert b._roof_for(by["single"], roof) == ("host_memcpy", 12.0, None)
+    kind, gbps, why = b._roof_for(by["sharded"], roof)
+    assert (kind, gbps) == (None, None) and why is not None and "in parallel" in why
+
+
+# ---- the text view: one device, suspect cells ------------------------------------------------------------
+
+
+@pytest.fixture
+def plain_stdout(capsys):
+    """devctl's consoles bound to pytest's captured stdout (not a terminal: plain, whole lines)."""
+    from devctl.render import console
+
+    console._console.cache_clear()
+    yield capsys
+    console._console.cache_clear()
+
+
+def test_one_device_d2d_is_one_note_not_a_skipped_row_per_size(plain_stdout):
+    from golden_reports import bench_cpu1_quick
+
+    from devctl.render.bench import transfer_text
+
+    report = bench_cpu1_quick()
+    assert [c.dst for c in report.results if c.skipped] == ["none", "none"]  # kept in --json
+    transfer_text(report)
+    out = plain_stdout.readouterr().out
+    assert "→ none" not in out and "skipped" not in out and "d2d put" not in out  # no row, no chart series
+    assert out.count("one device") == 1
+    assert "Note: d2d: one device here, nothing to copy between; d2d-self measures on-device copies" in out
+
+
+def test_a_suspect_cell_shows_suspect_not_its_percentage(plain_stdout):
+    from golden_reports import bench_cpu1_quick
+
+    from devctl.render.bench import transfer_text
+
+    report = bench_cpu1_quick()
+    (cell,) = [c for c in report.results if c.suspect]
+    assert cell.pct_of_roof is not None and cell.pct_of_roof > 100  # the figure stays in --json
+    transfer_text(report)
+    out = plain_stdout.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("d2h") and "16M" in line]
+    assert row.endswith("suspect") and "%" not in row
+    assert "15.6 (suspect)" in out  # its bar in the chart
+    assert "Fastest d2h at 16M: copy, 15.6 GB/s, suspect: above host memcpy (14.7 GB/s)" in out
+    assert "Note: suspect: 1 cell came out faster than its roof" in out
+
+
+def test_a_pair_matrix_wider_than_the_terminal_comes_in_even_blocks(monkeypatch):
+    """16 GPUs' d2d matrix at 80 columns: two blocks of 8 destinations, each with every source row."""
+    import sys
+
+    from rich.cells import cell_len
+    from test_golden import _Terminal
+
+    from devctl.render import console
+    from devctl.render.bench import transfer_text
+
+    pairs = [(a, b) for a in range(16) for b in range(16) if a != b]
+    cells = [cell("d2d", "put", GIB, f"cuda:{a}", f"cuda:{b}", gbps=380.0 + a - b) for a, b in pairs]
+    report = m.TransferReport(tuple(cells), m.Roofs(), fastest_paths(cells), (), {})
+    screen = _Terminal()
+    for name, value in (("COLUMNS", "80"), ("TERM", "xterm-256color"), ("NO_COLOR", "1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "stdout", screen)
+    console._console.cache_clear()
+    try:
+        transfer_text(report)
+    finally:
+        console._console.cache_clear()
+    lines = screen.getvalue().splitlines()
+    assert max(cell_len(line) for line in lines) <= 80
+    titles = [line for line in lines if line.startswith("d2d put GB/s at 1G")]
+    assert [t.rsplit(", ", 1)[1] for t in titles] == ["cuda:0 to cuda:7", "cuda:8 to cuda:15"]
+    assert sum(line.startswith("cuda:15 ") for line in lines) == 2  # every source in each block

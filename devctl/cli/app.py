@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
+from devctl.cli import completion
 from devctl.errors import DevctlError, ExitCode
 from devctl.version import __version__
 
@@ -17,6 +18,10 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    # No --install-completion/--show-completion: typer's would edit ~/.bashrc, and print bash's script for
+    # `--show-completion zsh`. Completion is the scripts in completions/, installed as the README says, and
+    # answered by devctl.cli.completion (main below), not by typer.
+    add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
@@ -74,25 +79,9 @@ def register(names=None) -> typer.Typer:
 
 def _commands_needed(args: list[str]) -> list[str] | None:
     """Only the command named first, when one is; None: all of them (the root's help, a misspelt command)."""
-    if "_DEVCTL_COMPLETE" in os.environ:
-        args = _completed_words()
     if args and args[0] in COMMANDS:
         return [args[0]]
     return None
-
-
-def _completed_words() -> list[str]:
-    """The words already typed after `devctl` in a TAB press (typer's bash, zsh and fish protocols)."""
-    import shlex
-
-    try:
-        if "COMP_WORDS" in os.environ:  # bash: every word and the index of the one being completed
-            return shlex.split(os.environ["COMP_WORDS"])[1 : int(os.environ.get("COMP_CWORD", "0"))]
-        line = os.environ.get("_TYPER_COMPLETE_ARGS", "")  # zsh, fish: the line; its last word is unfinished
-        words = shlex.split(line)[1:]
-        return words if line.endswith(" ") else words[:-1]
-    except ValueError:  # an open quote: let typer make sense of it
-        return []
 
 
 # A word of an error line longer than this is a value the user passed (a 100,000-character argument, a
@@ -111,9 +100,17 @@ def _cut(word: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app and map every outcome to an exit code and at most one error line."""
+    """Entry point: run the app and map every outcome to an exit code and at most one error line.
+
+    Every error line starts `devctl: error:`, whoever found the fault (typer's parser or devctl); a usage
+    error of a subcommand ends with where its help is: `(see devctl bench transfer --help)`.
+    """
     debug = os.environ.get("DEVCTL_DEBUG") == "1"
-    register(_commands_needed(sys.argv[1:] if argv is None else argv))
+    instruction = os.environ.get(completion.COMPLETE_VAR)
+    if instruction is not None:  # a TAB press (completions/*): it builds only the command on its line
+        sys.exit(completion.respond(instruction))
+    args = sys.argv[1:] if argv is None else argv
+    register(_commands_needed(args))
     try:
         # standalone_mode=False: typer returns typer.Exit's code instead of exiting itself.
         returned = app(args=argv, prog_name="devctl", standalone_mode=False)
@@ -121,8 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     except DevctlError as e:
         if debug:
             raise
-        sys.stderr.write(f"devctl: error: {_one_line(str(e))}\n")
-        code = e.exit_code
+        code = _error(str(e), e.exit_code)
     except BrokenPipeError:
         from devctl.render.console import reader_gone
 
@@ -144,12 +140,38 @@ def main(argv: list[str] | None = None) -> None:
             if debug:
                 raise
             ctx = getattr(e, "ctx", None)
-            where = ctx.command_path if ctx is not None else "devctl"
-            sys.stderr.write(f"{where}: error: {_one_line(e.format_message())} (see {where} --help)\n")
-            code = e.exit_code
+            where = ctx.command_path if ctx is not None else _command_path(args)
+            code = _error(f"{e.format_message().rstrip('.')} (see {where} --help)", e.exit_code)
         elif type(e).__name__ == "Abort":  # Ctrl-C while typer itself was prompting or parsing
             sys.stderr.write("devctl: interrupted\n")
             code = ExitCode.INTERRUPTED
         else:
             raise
     sys.exit(int(code) if isinstance(code, int) else 1)
+
+
+def _command_path(args: list[str]) -> str:
+    """`devctl bench transfer`, as far as `args` name commands: an option missing its value is reported
+    by click's parser with no command attached."""
+    import typer.main
+
+    command: Any = typer.main.get_command(app)
+    path = ["devctl"]
+    for word in args:
+        if word.startswith("-"):
+            continue
+        sub = command.get_command(None, word) if callable(getattr(command, "get_command", None)) else None
+        if sub is None:
+            break
+        command, path = sub, [*path, word]
+    return " ".join(path)
+
+
+def _error(message: str, code: int) -> int:
+    """The one error line: `devctl: error: ` and the message, on one line a person can read."""
+    sys.stderr.write(f"{ERROR_PREFIX}{_one_line(message)}\n")
+    return code
+
+
+# What every error line starts with (tests/test_cli.py holds every path to it).
+ERROR_PREFIX = "devctl: error: "

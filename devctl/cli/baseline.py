@@ -1,4 +1,5 @@
-"""--baseline FILE and --max-regression PCT of `devctl bench transfer`: the gate, read and checked before the benchmark runs.
+"""--baseline FILE, --max-regression PCT and --gate-all-sizes of `devctl bench transfer`: the gate, read and checked
+before the benchmark runs.
 
 The comparison itself is model.bench.compare_with_baseline; a baseline that shares no cell with the run is
 refused by collect.bench once the cells are known.
@@ -39,14 +40,15 @@ def parse_percent(text: str) -> float:
     return value
 
 
-def check_gate(baseline: str | None, max_regression: str | None) -> tuple[m.Baseline, float] | None:
-    """The baseline and the drop allowed below it, in percent; None without --baseline."""
+def check_gate(baseline: str | None, max_regression: str | None, all_sizes: bool = False) -> m.GateRequest | None:
+    """The baseline, the drop allowed beyond its noise band, in percent, and which cells to judge; None without --baseline."""
     if baseline is None:
-        if max_regression is not None:
-            raise UsageError("--max-regression needs --baseline FILE (an earlier `devctl bench transfer --json` result)")
+        given = "--max-regression" if max_regression is not None else "--gate-all-sizes" if all_sizes else None
+        if given:
+            raise UsageError(f"{given} needs --baseline FILE (an earlier `devctl bench transfer --json` result)")
         return None
     pct = parse_percent(max_regression) if max_regression is not None else DEFAULT_MAX_REGRESSION_PCT
-    return load_baseline(baseline), pct
+    return m.GateRequest(load_baseline(baseline), pct, all_sizes)
 
 
 # A baseline is one earlier --json document: a few hundred cells of ~700 bytes; 16 MiB is far above any.
@@ -70,19 +72,28 @@ def load_baseline(path: str) -> m.Baseline:
     if schema != m.SCHEMA or not isinstance(doc.get("results"), list):
         found = f"schema {shown(schema)}" if isinstance(schema, str) else "no schema field"
         raise UsageError(f"{where} is not a devctl bench transfer result ({found}; expected {m.SCHEMA!r})")
-    gbps = {}
+    cells = {}
     for i, cell in enumerate(doc["results"]):
         problem = _baseline_cell_problem(cell)
         if problem:
             raise UsageError(f"{where}: results[{i}] {problem}; give an unedited `devctl bench transfer --json` result")
         if cell.get("gbps") is not None:
-            gbps[tuple(cell[k] for k in _BASELINE_KEY)] = float(cell["gbps"])
-    return m.Baseline(path, gbps)
+            c = m.Cell(
+                cell["direction"], cell["variant"], cell["layout"], cell["size_bytes"], cell["src"], cell["dst"],
+                samples=cell["samples"],
+                p10_s=float(cell["p10_s"]),
+                median_s=float(cell["median_s"]),
+                p90_s=float(cell["p90_s"]),
+                gbps=float(cell["gbps"]),
+            )
+            cells[c.key] = c
+    return m.Baseline(path, cells)
 
 
 # The fields that name a cell (model.bench.Cell.key), in its order.
-_BASELINE_KEY = ("direction", "variant", "layout", "size_bytes", "src", "dst")
 _BASELINE_TYPES = {"direction": str, "variant": str, "layout": str, "size_bytes": int, "src": str, "dst": str}
+# What the gate needs of a measured cell besides its GB/s: its samples' spread (model.bench.noise_pct).
+_SPREAD = ("p10_s", "median_s", "p90_s")
 
 
 def _baseline_cell_problem(cell) -> str | None:
@@ -103,4 +114,19 @@ def _baseline_cell_problem(cell) -> str | None:
     gbps = cell.get("gbps")
     if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or gbps <= 0):
         return f"has gbps {quoted(gbps)}, not a number of GB/s above 0 or null"
+    if gbps is None:
+        return None
+    # The gate judges a cell against the spread of its samples: a result without it (written by hand, or by a
+    # devctl before the spread was recorded) cannot be judged honestly, so it is refused, not judged without it.
+    samples = cell.get("samples")
+    spread = [cell.get(k) for k in _SPREAD]
+    if not _is_number(samples) or not isinstance(samples, int) or samples < 1 or not all(_is_number(v) for v in spread):
+        return "has a bandwidth but no samples, p10_s, median_s and p90_s (the gate judges each cell against the spread of its samples)"
+    p10, median, p90 = (float(v) for v in spread)  # type: ignore[arg-type]  # each a number: checked above
+    if not (0 < p10 <= median <= p90):
+        return f"has p10_s {p10!r}, median_s {median!r}, p90_s {p90!r}, not in order above 0"
     return None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

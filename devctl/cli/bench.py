@@ -13,9 +13,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from devctl.cli import completion
 from devctl.cli.baseline import check_gate
 from devctl.cli.options import (
+    CsvOpt,
     JsonOpt,
+    check_output_format,
     check_timeout,
     parse_device,
     parse_devices,
@@ -32,18 +35,19 @@ Option = typer.Option
 DirectionOpt = Annotated[
     Optional[list[str]],
     Option(
-        "--direction", "-d", metavar="DIR", help="h2d, d2h, d2d, d2d-self or all (the default); repeatable or comma-separated."
+        "--direction", "-d", metavar="DIR", autocompletion=completion.directions, help="h2d, d2h, d2d, d2d-self or all (the default); repeatable or comma-separated."
     ),
 ]
 VariantsOpt = Annotated[
     str,
-    Option("--variants", metavar="NAMES", help="main (each direction's plain call), all, or: " + ", ".join(m.ALL_VARIANTS)),
+    Option("--variants", metavar="NAMES", autocompletion=completion.variants, help="main (each direction's plain call), all, or: " + ", ".join(m.ALL_VARIANTS)),
 ]
 SizesOpt = Annotated[
     Optional[str],
     Option(
         "--sizes",
         metavar="LIST",
+        autocompletion=completion.sizes,
         help="e.g. 4K,1M,64M,1G (K, M, G, T and KiB... are binary; KB, MB, GB are decimal). Default: 4K to 256M "
         "(1G where the device has room). A size this machine's memory cannot hold is an error.",
     ),
@@ -73,23 +77,33 @@ DeviceOpt = Annotated[
     Option(
         "--device",
         metavar="ID",
+        autocompletion=completion.devices(),
         help="Device(s) for h2d, d2h and d2d-self: a JAX id or platform:id (0, cpu:1, cuda:0), repeatable or comma-separated, "
         "or all. Default: the first. Not with --sharded or --replicated.",
     ),
 ]
-SrcOpt = Annotated[Optional[str], Option("--src", metavar="ID", help="d2d: the source device, as --device names one (not with --all-pairs).")]
-DstOpt = Annotated[Optional[str], Option("--dst", metavar="ID", help="d2d: the destination device, as --device names one (not with --all-pairs).")]
+SrcOpt = Annotated[Optional[str], Option("--src", metavar="ID", autocompletion=completion.devices(many=False), help="d2d: the source device, as --device names one (not with --all-pairs).")]
+DstOpt = Annotated[Optional[str], Option("--dst", metavar="ID", autocompletion=completion.devices(many=False), help="d2d: the destination device, as --device names one (not with --all-pairs).")]
 AllPairsOpt = Annotated[bool, Option("--all-pairs", help="d2d: every ordered pair of devices at every size.")]
 BaselineOpt = Annotated[
-    Optional[str], Option("--baseline", metavar="FILE", help="An earlier --json result (a regular file): exit 1 if a cell fell below it.")
+    Optional[str], Option("--baseline", metavar="FILE", autocompletion=completion.files, help="An earlier --json result (a regular file): exit 1 if a bandwidth-bound cell fell below it by more than its noise and --max-regression.")
 ]
 MaxRegressionOpt = Annotated[
     Optional[str],
     Option(
         "--max-regression",
         metavar="PCT",
-        help="Allowed drop below the baseline per cell, a percentage in [0%, 100%): 10% or 2.5% (default 10%). "
+        autocompletion=completion.percent,
+        help="Allowed drop per cell beyond its noise band (the two runs' p10-p90 spreads), a percentage in [0%, 100%): 10% or 2.5% (default 10%). "
         "A bare number of 1 or more is a percentage (10 = 10%); a bare number below 1 (0.1: 10% or 0.1%?) is refused.",
+    ),
+]
+GateAllSizesOpt = Annotated[
+    bool,
+    Option(
+        "--gate-all-sizes",
+        help="With --baseline: judge latency-bound cells too (by default only bandwidth-bound cells are, those whose "
+        "fixed per-transfer cost is at most a tenth of their time in the baseline).",
     ),
 ]
 # A string, parsed by check_timeout as every command's --timeout is, so a bad value is named in the error.
@@ -117,21 +131,24 @@ def transfer(
     all_pairs: AllPairsOpt = False,
     baseline: BaselineOpt = None,
     max_regression: MaxRegressionOpt = None,
+    gate_all_sizes: GateAllSizesOpt = False,
     timeout: WatchdogOpt = None,
     json_out: JsonOpt = False,
+    csv_out: CsvOpt = False,
 ) -> None:
     """Host<->device and device<->device transfer bandwidth, against the host memcpy and PCIe roofs."""
+    check_output_format(json_out, csv_out)
     opts = build_options(
         direction, variants, sizes, quick, repeats, min_time, warmups, verify,
         sharded, replicated, device, src, dst, all_pairs,
     )  # fmt: skip
-    gate = check_gate(baseline, max_regression)
+    gate = check_gate(baseline, max_regression, gate_all_sizes)
     timeout_s = check_timeout(timeout)
     report = _run(opts, timeout_s, gate)
     from devctl.render import bench as render
     from devctl.render import emit
 
-    emit(report, json_out)
+    emit(report, json_out, csv_out=csv_out)
     code = 0
     if any(c.verified is False for c in report.results):
         _stderr_line("transfer verification failed: the bytes of some cells did not arrive unchanged")
@@ -145,7 +162,7 @@ def transfer(
         raise typer.Exit(code)
 
 
-def _run(opts: m.TransferOptions, timeout_s: float, gate: tuple[m.Baseline, float] | None) -> m.TransferReport:
+def _run(opts: m.TransferOptions, timeout_s: float, gate: m.GateRequest | None) -> m.TransferReport:
     """The benchmark, with a progress bar on a terminal."""
     from devctl.collect.bench import run_transfer
     from devctl.render.bench import Progress
@@ -274,3 +291,15 @@ def _check_min_time(value: float | None, default: float) -> float:
     if not (0 <= value <= 60):
         raise UsageError(f"--min-time must be between 0 and 60 seconds, got {value:g}")
     return value
+
+
+# Other bench commands live in modules of their own; registered here, after bench_app exists.
+from devctl.cli.bench_collective import collective  # noqa: E402  (it imports parse_sizes from here lazily)
+
+bench_app.command("collective")(collective)
+
+from devctl.cli.bench_matmul import matmul  # noqa: E402
+from devctl.cli.bench_memory import memory  # noqa: E402
+
+bench_app.command("memory")(memory)
+bench_app.command("matmul")(matmul)

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from devctl.checks import CHECK_NAMES
+from devctl.cli import completion
 from devctl.cli.cluster import cluster_options
 from devctl.cli.options import (
     CsvOpt,
@@ -37,7 +38,7 @@ from devctl.units import RATE_HELP, parse_rate_gbps, parse_size
 # Same values as `devctl list --platform`, but here an expectation: it must initialize.
 ExpectPlatformOpt = Annotated[
     Optional[list[str]],
-    typer.Option("--platform", "-p", metavar="NAME", help="Expect this JAX platform to work (repeatable): cpu, cuda, rocm, tpu, gpu..."),
+    typer.Option("--platform", "-p", metavar="NAME", autocompletion=completion.platforms, help="Expect this JAX platform to work (repeatable): cpu, cuda, rocm, tpu, gpu..."),
 ]
 
 
@@ -50,26 +51,27 @@ def check(
         Optional[str], typer.Option("--device-kind", metavar="KIND", help="Expect every device's kind to contain KIND, e.g. H100.")
     ] = None,
     min_memory: Annotated[
-        Optional[str], typer.Option("--min-memory", metavar="SIZE", help="Expect bytes_limit >= SIZE per device, e.g. 40GiB.")
+        Optional[str], typer.Option("--min-memory", metavar="SIZE", autocompletion=completion.memory_size, help="Expect bytes_limit >= SIZE per device, e.g. 40GiB.")
     ] = None,
     min_h2d: Annotated[
-        Optional[str], typer.Option("--min-h2d", metavar="RATE", help="Expect host-to-device >= RATE per device: 10GB/s (bytes), 80Gb/s (bits).")
+        Optional[str], typer.Option("--min-h2d", metavar="RATE", autocompletion=completion.rate, help="Expect host-to-device >= RATE per device: 10GB/s (bytes), 80Gb/s (bits).")
     ] = None,
     timeout: TimeoutOpt = None,
     only: Annotated[
-        Optional[list[str]], typer.Option("--only", metavar="NAME", help="Run only these checks (repeatable, or comma-separated).")
+        Optional[list[str]], typer.Option("--only", metavar="NAME", autocompletion=completion.check_names, help="Run only these checks (repeatable, or comma-separated).")
     ] = None,
-    skip: Annotated[Optional[list[str]], typer.Option("--skip", metavar="NAME", help="Do not run these checks (repeatable, or comma-separated).")] = None,
+    skip: Annotated[Optional[list[str]], typer.Option("--skip", metavar="NAME", autocompletion=completion.check_names, help="Do not run these checks (repeatable, or comma-separated).")] = None,
     strict: Annotated[Optional[bool], typer.Option("--strict/--no-strict", help="Count warnings as failures.")] = None,
     config: Annotated[
         Optional[str],
-        typer.Option("--config", metavar="FILE", help="Read expectations from FILE instead of [tool.devctl.check] in pyproject.toml."),
+        typer.Option("--config", metavar="FILE", autocompletion=completion.files, help="Read expectations from FILE instead of [tool.devctl.check] in pyproject.toml."),
     ] = None,
     junit_xml: Annotated[
         Optional[str],
         typer.Option(
             "--junit-xml",
             metavar="FILE",
+            autocompletion=completion.files,
             help="Also write a JUnit XML report to FILE, replaced whole (a link there is replaced, not written through). "
             "'-' prints the XML on stdout instead of the table.",
         ),

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from devctl.cli import completion
 from devctl.cli.cluster import cluster_options
 from devctl.cli.options import (
     CsvOpt,
@@ -29,6 +30,7 @@ DeviceOpt = Annotated[
         "--device",
         "-d",
         metavar="ID",
+        autocompletion=completion.devices(physical_views=True),
         help="Only this device: a JAX id (0: the accelerator's when there is one), platform:id (cuda:1, cpu:0, tpu:0), "
         "or a chip or GPU JAX does not use (tpu-chip:0, nvml:3). Repeatable or comma-separated; all: every device.",
     ),

@@ -9,6 +9,7 @@ from typing import Annotated, Optional, overload
 
 import typer
 
+from devctl.cli import completion
 from devctl.errors import UsageError
 from devctl.model.devices import PHYSICAL_VIEWS, DeviceRef
 
@@ -20,6 +21,8 @@ def check_output_format(json_out: bool, csv_out: bool) -> None:
     """--json and --csv are two answers to one question: refuse both rather than pick one silently."""
     if json_out and csv_out:
         raise UsageError("--json and --csv are exclusive; give one")
+
+
 # Parsed by check_timeout, not typer, so a bad value is named in the error.
 TimeoutOpt = Annotated[
     Optional[str],
@@ -30,12 +33,13 @@ HostRootOpt = Annotated[
     typer.Option(
         "--host-root",
         metavar="PATH",
+        autocompletion=completion.directories,
         help="Read sysfs, /dev and /proc under PATH (a host's / mounted into a container).",
     ),
 ]
 PlatformOpt = Annotated[
     Optional[list[str]],
-    typer.Option("--platform", "-p", metavar="NAME", help="Only this JAX platform (repeatable): cpu, cuda, rocm, tpu, gpu or a plugin's name."),
+    typer.Option("--platform", "-p", metavar="NAME", autocompletion=completion.platforms, help="Only this JAX platform (repeatable): cpu, cuda, rocm, tpu, gpu or a plugin's name."),
 ]
 
 
@@ -53,6 +57,11 @@ def check_timeout(text: str | None) -> float:
     """The --timeout every command takes, in seconds (the probe runner owns its bounds)."""
     from devctl.probe.runner import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 
+    if text is None:
+        import os
+
+        # typer reads the variable too, but not every typer the project allows does (0.26 leaves it unread).
+        text = os.environ.get("DEVCTL_TIMEOUT")
     if text is None:
         return DEFAULT_TIMEOUT_S
     try:

@@ -14,11 +14,11 @@ def run_transfer(
     opts: m.TransferOptions,
     timeout_s: float,
     *,
-    gate: tuple[m.Baseline, float] | None = None,
+    gate: m.GateRequest | None = None,
     on_event: Callable[[dict], None] | None = None,
 ) -> m.TransferReport:
-    """Run the probe child and assemble its events into a report, judged against `gate` (a baseline and the
-    drop allowed, in percent) when given. `on_event` sees every event as it comes (progress). --sizes is
+    """Run the probe child and assemble its events into a report, judged against `gate` (a baseline, the
+    drop allowed beyond its noise, which cells) when given. `on_event` sees every event as it comes (progress). --sizes is
     checked against this machine when the plan arrives: the first moment the devices are known, before the
     child allocates anything."""
     from devctl.probe.runner import run_child
@@ -40,7 +40,7 @@ def run_transfer(
     if done is None or plan is None:
         raise DevctlError(f"bench transfer: the benchmark process {result.failure_text()}")
     report = assemble(result.events, elapsed_s=result.elapsed_s)
-    return report if gate is None else with_gate(report, *gate)
+    return report if gate is None else with_gate(report, gate)
 
 
 def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.TransferReport:
@@ -107,16 +107,24 @@ def _largest_fitting(n: int) -> str:
     return format_size_short(power)
 
 
-def with_gate(report: m.TransferReport, baseline: m.Baseline, pct: float) -> m.TransferReport:
-    """The report judged against the baseline; a baseline that shares no cell with this run judges nothing."""
+def with_gate(report: m.TransferReport, request: m.GateRequest) -> m.TransferReport:
+    """The report judged against the baseline; a baseline that shares no cell with this run, or none the gate
+    may judge, judges nothing: bad input, not a pass."""
     from dataclasses import replace
 
     from devctl.text import printable
 
-    gate = m.compare_with_baseline(report.results, baseline, pct)
+    name = printable(repr(request.baseline.name), 120)
+    gate = m.compare_with_baseline(report.results, request.baseline, request.max_regression_pct, all_sizes=request.all_sizes)
     if gate.compared == 0:
         raise InputRejected(
-            f"--baseline {printable(repr(baseline.name), 120)} has no cell matching this run (direction, variant, layout, size, src, dst); "
+            f"--baseline {name} has no cell matching this run (direction, variant, layout, size, src, dst); "
             "create it with the same options"
+        )
+    if gate.gated == 0:
+        raise InputRejected(
+            f"--baseline {name}: none of the {gate.compared} matching cells is bandwidth-bound (each path needs a size "
+            f"whose fixed per-transfer cost is at most {m.FIXED_COST_SHARE:.0%} of its time, and a smaller size to show that cost); "
+            "measure larger sizes, or give --gate-all-sizes"
         )
     return replace(report, gate=gate)

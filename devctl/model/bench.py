@@ -7,7 +7,7 @@ probe child both build and read these records.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal, TypedDict, get_args
+from typing import Annotated, Any, ClassVar, Iterable, Literal, TypedDict, cast, get_args
 
 from devctl.model import from_dict, json_schema
 from devctl.model.devices import DeviceRef
@@ -59,7 +59,9 @@ QUICK_SIZES = (4 * KIB, 16 * MIB)
 DEFAULT_REPEATS = 3  # nvbandwidth takes the median of 3 samples; small sizes get many more from --min-time
 DEFAULT_MIN_TIME_S = 0.03
 DEFAULT_WARMUPS = 2
-QUICK_REPEATS = 3
+# Ten samples even in a smoke test: the regression gate judges a cell against its p10-p90 spread, which three
+# samples cannot show (a --quick baseline of 3 flapped on 16M cells whose 3 samples happened to agree).
+QUICK_REPEATS = 10
 QUICK_MIN_TIME_S = 0.01
 QUICK_WARMUPS = 1
 
@@ -143,21 +145,54 @@ class Cell:
     roof_reason: str | None = None  # why there is no roof to compare with
     skipped: bool = False
     note: str | None = None
+    # Why this cell's figure cannot be trusted: it is above its roof, which no copy can be (pct_of_roof still
+    # says by how much). None: nothing suspect.
+    suspect: str | None = None
 
     @property
     def key(self) -> CellKey:
         return (self.direction, self.variant, self.layout, self.size_bytes, self.src, self.dst)
 
 
+ROOF_NAMES = {"pcie": "the PCIe link's peak", "host_memcpy": "the host's best memcpy"}
+
+
+def above_roof(pct_of_roof: float | None) -> bool:
+    """A figure above its physical limit was not measured as it claims (see roof_verdict)."""
+    return pct_of_roof is not None and pct_of_roof > 100
+
+
+def roof_verdict(gbps: float | None, roof: str | None, roof_gbps: float | None) -> tuple[float | None, str | None]:
+    """A cell's GB/s as a percentage of its roof, and why it is suspect when it is above it.
+
+    A roof is the most the path can carry (the PCIe link's peak, the host's best copy), so a cell above it
+    was timed wrong (a copy overlapped or cached) or set against a roof measured while the machine was busier
+    (another job, a CPU not yet at speed). Either way its percentage would mislead; the reason says so.
+    """
+    if gbps is None or not roof_gbps:
+        return None, None
+    pct = 100 * gbps / roof_gbps
+    if not above_roof(pct):
+        return pct, None
+    name = ROOF_NAMES.get(roof or "", "its roof")
+    return pct, (
+        f"{gbps:.3g} GB/s is {pct:.0f}% of {name} ({roof_gbps:.3g} GB/s), which no copy can beat: "
+        "the machine was busier while the roof was measured, or the timing is off"
+    )
+
+
 @dataclass(frozen=True)
 class MemcpyRoof:
-    """numpy.copyto into a warm, preallocated buffer of the same size: the host's own copy speed."""
+    """The host's own copy speed at one size: numpy.copyto into a warm, preallocated buffer placed as the source
+    is, on one thread, as XLA's CPU client copies (one std::memcpy per buffer, on the caller's thread or one
+    worker's). The roof is the best copy of many, not a typical one: a cell's median can reach it, never pass it."""
 
     size_bytes: int = field(metadata=json_schema(minimum=1))
     samples: int = field(metadata=json_schema(minimum=0))
-    median_s: float | None = field(metadata=json_schema(minimum=0))
-    gbps: float | None = field(metadata=json_schema(minimum=0))
+    median_s: float | None = field(metadata=json_schema(minimum=0))  # the typical copy, for comparison
+    gbps: float | None = field(metadata=json_schema(minimum=0))  # decimal GB/s of the fastest copy (min_s): the roof
     note: str | None = None  # why nothing was measured at this size
+    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # the fastest copy
 
 
 @dataclass(frozen=True)
@@ -246,7 +281,7 @@ class Fastest:
 
 @dataclass(frozen=True)
 class Regression:
-    """A cell whose bandwidth fell more than allowed below the baseline's."""
+    """A gated cell whose bandwidth fell below the baseline's by more than the allowed drop plus the noise band."""
 
     direction: str = field(metadata=json_schema(enum=DIRECTIONS))
     variant: str = field(metadata=json_schema(enum=_VARIANT_NAMES))
@@ -257,17 +292,25 @@ class Regression:
     baseline_gbps: float
     gbps: float | None  # None: nothing measured now
     change_pct: float | None  # negative: slower than the baseline
+    noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the noise band, +/- this many percent: half the p10-p90 spread of the baseline's samples plus half of this run's, each relative to its median; None when nothing was measured now
+    beyond_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # points by which the drop went past the noise band (a regression: more than max_regression_pct)
 
 
 @dataclass(frozen=True)
 class Gate:
-    """This run judged against an earlier one (--baseline)."""
+    """This run judged against an earlier one (--baseline): the bandwidth-bound cells, each against its noise band."""
 
     baseline: str  # the file, as the user named it
-    max_regression_pct: float = field(metadata=json_schema(minimum=0, exclusiveMaximum=100))
+    max_regression_pct: float = field(metadata=json_schema(minimum=0, exclusiveMaximum=100))  # the drop allowed beyond the noise band
     compared: int = field(metadata=json_schema(minimum=0))  # cells present in both runs with a bandwidth in the baseline
     passed: bool
     regressions: tuple[Regression, ...] = ()
+    all_sizes: bool = False  # --gate-all-sizes: every compared cell judged, latency-bound or not
+    gated: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells judged
+    latency_bound: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells not judged: their fixed per-transfer cost is over FIXED_COST_SHARE of their time
+    one_size: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells not judged: their path was measured at one size only, which cannot tell fixed cost from bytes
+    min_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the narrowest noise band among the gated cells measured now
+    max_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the widest: a drop smaller than it plus the allowance is not seen there
 
 
 @dataclass(frozen=True)
@@ -311,29 +354,105 @@ def fastest_paths(cells: tuple[Cell, ...] | list[Cell]) -> tuple[Fastest, ...]:
 
 @dataclass(frozen=True)
 class Baseline:
-    """An earlier run's bandwidth per cell, read and validated once by the CLI."""
+    """An earlier run's measured cells, read and validated once by the CLI."""
 
     name: str  # the file, as the user named it
-    gbps: dict[CellKey, float]  # Cell.key -> GB/s (finite, > 0); cells without a bandwidth are not in it
+    cells: dict[CellKey, Cell]  # Cell.key -> the cell; only cells with a bandwidth, each with samples, p10_s, median_s, p90_s
 
 
-def compare_with_baseline(cells: tuple[Cell, ...] | list[Cell], baseline: Baseline, max_regression_pct: float) -> Gate:
-    """Cell by cell: a cell regresses when its GB/s falls more than the allowed share below the baseline's."""
-    compared = 0
-    regressions = []
-    floor = 1 - max_regression_pct / 100
+@dataclass(frozen=True)
+class GateRequest:
+    """--baseline, --max-regression and --gate-all-sizes, validated."""
+
+    baseline: Baseline
+    max_regression_pct: float
+    all_sizes: bool = False
+
+
+# A cell is bandwidth-bound when its path's fixed per-transfer cost is at most this share of its time: then at
+# least nine tenths of what it measures is bytes moving, and a slower path shows in it nearly undiluted. A
+# latency-bound cell (a 4K transfer is almost all fixed cost: a dispatch, a sync, an allocation) moves with
+# the scheduler and the allocator from run to run, not with the path's bandwidth.
+FIXED_COST_SHARE = 0.10
+
+
+def fixed_costs_s(cells: Iterable[Cell]) -> dict[tuple[str, ...], float | None]:
+    """Per path (a cell's key without its size), the fixed per-transfer cost in seconds, from the path's own
+    medians: where the straight line through its smallest and largest sizes meets zero bytes (time = fixed +
+    bytes / bandwidth), kept between 0 and the smallest size's whole time. None for a path measured at one
+    size, where latency cannot be told from bandwidth."""
+    paths: dict[tuple[str, ...], list[Cell]] = {}
     for c in cells:
-        base = baseline.gbps.get(c.key)
+        if c.median_s is not None:
+            paths.setdefault(_path(c), []).append(c)
+    out: dict[tuple[str, ...], float | None] = {}
+    for path, group in paths.items():
+        small = min(group, key=lambda c: c.size_bytes)
+        large = max(group, key=lambda c: c.size_bytes)
+        if small.size_bytes == large.size_bytes:
+            out[path] = None
+            continue
+        t0, t1 = cast(float, small.median_s), cast(float, large.median_s)
+        slope = (t1 - t0) / (large.size_bytes - small.size_bytes)
+        out[path] = min(max(t0 - small.size_bytes * slope, 0.0), t0)
+    return out
+
+
+def _path(c: Cell) -> tuple[str, ...]:
+    return (c.direction, c.variant, c.layout, c.src, c.dst)
+
+
+def noise_pct(c: Cell) -> float | None:
+    """Half the spread of a cell's middle 80% of samples (p10 to p90), in percent of its median: the noise a
+    single run shows. None without the figures."""
+    if c.p10_s is None or c.p90_s is None or not c.median_s:
+        return None
+    return (c.p90_s - c.p10_s) / (2 * c.median_s) * 100
+
+
+def compare_with_baseline(cells: Iterable[Cell], baseline: Baseline, max_regression_pct: float, *, all_sizes: bool = False) -> Gate:
+    """Cell by cell, the bandwidth-bound ones only (every cell with all_sizes): a cell regresses when its GB/s
+    falls below the baseline's by more than the allowed share plus the noise band of the two runs.
+
+    The noise band adds the baseline's half p10-p90 spread to this run's: two medians differ by chance about
+    as much as their samples spread, and a drop inside that is not evidence of a slower path. Whether a
+    cell is bandwidth-bound is decided from the baseline alone, so every rerun judges the same cells.
+    """
+    fixed = fixed_costs_s(baseline.cells.values())
+    compared = gated = latency_bound = one_size = 0
+    regressions = []
+    bands = []
+    for c in cells:
+        base = baseline.cells.get(c.key)
         if base is None:
             continue
         compared += 1
-        # A cell that measured nothing now, where the baseline measured something, has regressed.
-        if c.gbps is None or c.gbps < base * floor:
-            change = None if c.gbps is None else (c.gbps / base - 1) * 100
-            regressions.append(
-                Regression(c.direction, c.variant, c.layout, c.size_bytes, c.src, c.dst, base, c.gbps, change)
-            )
-    return Gate(baseline.name, max_regression_pct, compared, not regressions, tuple(regressions))
+        cost = fixed.get(_path(base))
+        if not all_sizes and cost is None:
+            one_size += 1
+            continue
+        if not all_sizes and cost is not None and cost > FIXED_COST_SHARE * cast(float, base.median_s):
+            latency_bound += 1
+            continue
+        gated += 1
+        base_gbps = cast(float, base.gbps)
+        if c.gbps is None:  # measured before, nothing now (zero-copy or skipped): a regression, whatever the noise
+            regressions.append(_regression(c, base_gbps, None, None, None))
+            continue
+        band = (noise_pct(base) or 0.0) + (noise_pct(c) or 0.0)
+        bands.append(band)
+        change = (c.gbps / base_gbps - 1) * 100
+        beyond = -change - band
+        if beyond > max_regression_pct:
+            regressions.append(_regression(c, base_gbps, change, band, beyond))
+    return Gate(
+        baseline.name, max_regression_pct, compared, not regressions, tuple(regressions), all_sizes, gated,
+        latency_bound, one_size, min(bands, default=None), max(bands, default=None),
+    )  # fmt: skip
+
+
+def _regression(c: Cell, base_gbps: float, change: float | None, band: float | None, beyond: float | None) -> Regression:
+    return Regression(c.direction, c.variant, c.layout, c.size_bytes, c.src, c.dst, base_gbps, c.gbps, change, band, beyond)
 
 
 # ---- memory a size needs -------------------------------------------------------------------------------

@@ -63,6 +63,9 @@ class Document:
 def documents() -> list[Document]:
     from devctl.model import (
         bench,
+        bench_collective,
+        bench_matmul,
+        bench_memory,
         check,
         distributed,
         doctor,
@@ -91,6 +94,9 @@ def documents() -> list[Document]:
         Document("check", check.CHECK_SCHEMA, check.CheckReport, "devctl check --json"),
         Document("doctor", doctor.DOCTOR_SCHEMA, doctor.DoctorReport, "devctl doctor --json"),
         Document("bench.transfer", bench.SCHEMA, bench.TransferReport, "devctl bench transfer --json"),
+        Document("bench.memory", bench_memory.SCHEMA, bench_memory.MemoryReport, "devctl bench memory --json"),
+        Document("bench.matmul", bench_matmul.SCHEMA, bench_matmul.MatmulReport, "devctl bench matmul --json"),
+        Document("bench.collective", bench_collective.SCHEMA, bench_collective.CollectiveReport, "devctl bench collective --json"),
         Document("publisher", publishers.SCHEMA, publishers.PublisherDocument,
                  "<pid>.json in the snapshot directory, written by a job that calls devctl.publish.publish()"),
     ]  # fmt: skip

@@ -1,10 +1,17 @@
-"""`devctl bench transfer` output: a table, a bandwidth chart, the fastest paths, the roofs, and JSON."""
+"""`devctl bench transfer` output: a table, the d2d pair matrices, a bandwidth chart, the fastest paths, the roofs.
+
+At 80 columns the table keeps what a reader compares (direction, variant, path, size, GB/s, % of roof): the
+p10-p90 spread gives way first (it stays in --json), a note goes on a line under its row, then the median
+goes, then the % of roof (the summary gives it for each fastest path). A table is boxed only where it fits
+whole with its box: a plain one has room for three more cells a column. Off a terminal every table is
+whole, one row per line.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from devctl.model.bench import Cell, Gate, TransferReport
+from devctl.model.bench import Cell, Gate, TransferReport, above_roof
 from devctl.units import format_seconds, format_size_short
 
 BAR_WIDTH = 32
@@ -12,40 +19,60 @@ _EIGHTHS = " ▏▎▍▌▋▊▉"
 
 
 def transfer_text(report: TransferReport) -> None:
-    from devctl.render.console import out
+    from devctl.render.console import out, print_lines, say
 
-    console = out()
-    console.print(_results_table(report))
-    for matrix in _pair_matrices(report.results):
-        console.print(matrix)
-    chart = chart_lines(table_cells(report.results))
+    # d2d on one device has nothing to copy between: one note says so, not a skipped row per size.
+    shown = [c for c in report.results if not _alone(c, report)]
+    rows = table_cells(shown)
+    if rows:
+        print_lines(_results_table(rows))
+    for matrix in _pair_matrices(shown):
+        out().print()
+        print_lines(matrix)
+    chart = chart_lines(rows)
     if chart:
-        console.print()
-        for line in chart:
-            console.print(line, markup=False, highlight=False)
-    console.print()
+        out().print()
+        print_lines(chart)
+    out().print()
     for line in summary_lines(report):
-        console.print(line, markup=False, highlight=False)
+        say(line, hang="  ")
 
 
 def gate_lines(gate: Gate) -> list[str]:
-    """What the regression gate found, for stderr."""
+    """What the regression gate found, for stderr: the verdict, each regressed cell and how far past its noise
+    band it fell, and the cells left out and why."""
+    which = "cells" if gate.all_sizes else "bandwidth-bound cells"
+    allowed = f"{gate.max_regression_pct:g}% beyond its noise band"
     if not gate.regressions:
-        return [
-            f"baseline {gate.baseline}: {gate.compared} cells compared, none more than "
-            f"{gate.max_regression_pct:g}% below the baseline"
-        ]
-    lines = [
-        f"baseline {gate.baseline}: {len(gate.regressions)} of {gate.compared} cells fell more than "
-        f"{gate.max_regression_pct:g}% below the baseline:"
-    ]
+        bands = ""
+        if gate.min_noise_pct is not None and gate.max_noise_pct is not None:
+            low, high = round(gate.min_noise_pct), round(gate.max_noise_pct)
+            bands = f" (noise band ±{low}%)" if low == high else f" (noise bands ±{low}% to ±{high}%)"
+        lines = [f"baseline {gate.baseline}: {gate.gated} {which} gated, none fell more than {allowed}{bands}"]
+    else:
+        lines = [f"baseline {gate.baseline}: {len(gate.regressions)} of {gate.gated} {which} fell more than {allowed}:"]
     for r in gate.regressions:
-        now = "no bandwidth (zero-copy or skipped)" if r.gbps is None else f"{r.gbps:.3g} GB/s ({r.change_pct:+.1f}%)"
+        cell = f"  {r.direction} {r.variant} {r.layout} {format_size_short(r.size_bytes)} {r.src}->{r.dst}: "
+        if r.gbps is None or r.change_pct is None:
+            lines.append(cell + f"no bandwidth now (zero-copy or skipped), baseline {r.baseline_gbps:.3g} GB/s")
+            continue
+        noise = "" if r.noise_pct is None or r.beyond_noise_pct is None else (
+            f" (noise band ±{r.noise_pct:.0f}%: {r.beyond_noise_pct:.0f} points beyond it)"
+        )
+        lines.append(cell + f"{r.gbps:.3g} GB/s, {r.change_pct:+.0f}% vs {r.baseline_gbps:.3g} GB/s{noise}")
+    if gate.latency_bound:
+        lines.append(f"{gate.latency_bound} latency-bound cells not gated; --gate-all-sizes gates them")
+    if gate.one_size:
         lines.append(
-            f"  {r.direction} {r.variant} {r.layout} {format_size_short(r.size_bytes)} {r.src}->{r.dst}: "
-            f"{now}, baseline {r.baseline_gbps:.3g} GB/s"
+            f"{gate.one_size} cells not gated: their path was measured at one size, which cannot tell latency from "
+            "bandwidth; --gate-all-sizes gates them"
         )
     return lines
+
+
+def _alone(c: Cell, report: TransferReport) -> bool:
+    """A d2d cell skipped because this run has one device: no pair to copy between."""
+    return c.direction == "d2d" and c.skipped and (c.dst == "none" or len(report.devices) == 1)
 
 
 def _fmt_gbps(c: Cell) -> str:
@@ -57,6 +84,8 @@ def _fmt_gbps(c: Cell) -> str:
 
 
 def _fmt_pct(c: Cell) -> str:
+    if c.suspect:  # above its roof: the percentage would mislead (the summary says why)
+        return "suspect"
     return "-" if c.pct_of_roof is None else f"{c.pct_of_roof:.0f}% {_roof_short(c.roof)}"
 
 
@@ -79,38 +108,45 @@ def _matrix_groups(cells) -> dict:
     return {k: v for k, v in groups.items() if len(v) >= 3}
 
 
-def _results_table(report: TransferReport):
-    from devctl.render.console import data_table
+def _table(columns, rows: list[list[str]], title: str) -> list:
+    """table_lines, boxed only when every column without a priority fits in the box; otherwise plain columns,
+    which leave room for all of them (a box costs three cells a column)."""
+    from dataclasses import replace
 
-    cells = report.results
-    layouts = {c.layout for c in cells}
-    table = data_table(title="devctl bench transfer")
-    table.add_column("Direction")
-    table.add_column("Variant")
-    if layouts != {"single"}:
-        table.add_column("Layout")
-    table.add_column("Path")
-    table.add_column("Size", justify="right")
-    table.add_column("Median", justify="right")
-    table.add_column("p10 – p90", justify="right")
-    table.add_column("GB/s", justify="right")
-    table.add_column("% of roof", justify="right")
-    table.add_column("Note")
-    for c in table_cells(cells):
-        row = [c.direction, c.variant]
-        if layouts != {"single"}:
-            row.append(c.layout)
-        row += [
-            f"{c.src} → {c.dst}",
-            format_size_short(c.size_bytes),
-            format_seconds(c.median_s),
-            _spread(c),
-            _fmt_gbps(c),
-            _fmt_pct(c),
-            c.note or "",
-        ]
-        table.add_row(*row)
-    return table
+    from devctl.render.console import fit_columns, out, stdout_is_terminal, table_lines
+
+    boxed = stdout_is_terminal()
+    if boxed:
+        # Full headers: a box is not worth shortening a header for (a matrix's device names).
+        fit = fit_columns([replace(c, short=None) for c in columns], rows, out().width)
+        boxed = all(place == "table" for col, place in zip(columns, fit.placement) if not col.priority)
+    return table_lines(columns, rows, title=title, boxed=boxed)
+
+
+def _results_table(cells: list[Cell]) -> list:
+    from devctl.render.console import Column
+
+    mesh = any(c.layout != "single" for c in cells)
+    notes = any(c.note for c in cells)
+    columns = [Column("direction"), Column("variant")]
+    if mesh:
+        columns.append(Column("layout"))
+    columns += [
+        Column("path"),
+        Column("size", "right"),
+        Column("median", "right", priority=2, detail=False),  # GB/s and the size say it too
+        Column("p10 – p90", "right", priority=4, detail=False),  # the spread: in --json
+        Column("GB/s", "right"),
+        Column("% of roof", "right", priority=1, detail=False),  # goes first where no cell has a roof (NVLink, a CPU mesh)
+        *([Column("note", priority=3)] if notes else []),
+    ]
+    rows = []
+    for c in cells:
+        rows.append([
+            c.direction, c.variant, *([c.layout] if mesh else []), f"{c.src} → {c.dst}", format_size_short(c.size_bytes),
+            format_seconds(c.median_s), _spread(c), _fmt_gbps(c), _fmt_pct(c), *([c.note or ""] if notes else []),
+        ])  # fmt: skip
+    return _table(columns, rows, "devctl bench transfer")
 
 
 def table_cells(cells) -> list[Cell]:
@@ -128,22 +164,40 @@ def table_cells(cells) -> list[Cell]:
     ]
 
 
-def _pair_matrices(cells) -> list:
-    from devctl.render.console import data_table
+def _pair_matrices(cells) -> list[list]:
+    from devctl.render.console import Column, fit_columns, out, stdout_is_terminal, table_lines
 
-    out = []
+    width = out().width
+    tables = []
     for (direction, variant, _layout, size), group in _matrix_groups(cells).items():
         srcs = sorted({c.src for c in group}, key=_device_order)
         dsts = sorted({c.dst for c in group}, key=_device_order)
         by_pair = {(c.src, c.dst): c for c in group}
-        table = data_table(title=f"{direction} {variant} GB/s at {format_size_short(size)}, source (rows) → destination (columns)")
-        table.add_column("")
-        for d in dsts:
-            table.add_column(d, justify="right")
-        for s in srcs:
-            table.add_row(s, *[_fmt_gbps(by_pair[(s, d)]) if (s, d) in by_pair else "" for d in dsts])
-        out.append(table)
-    return out
+
+        def blocks(n: int) -> list[tuple[list, list[list[str]]]]:
+            """The matrix as blocks of n destination columns, each block with every source row."""
+            out = []
+            for i in range(0, len(dsts), n):
+                ds = dsts[i : i + n]
+                rows = [[s, *[_fmt_gbps(by_pair[(s, d)]) if (s, d) in by_pair else "" for d in ds]] for s in srcs]
+                out.append(([Column("")] + [Column(d, "right") for d in ds], rows))
+            return out
+
+        def fits(n: int, boxed: bool) -> bool:
+            return all(p == "table" for b in blocks(n) for p in fit_columns(*b, width, boxed=boxed).placement)
+
+        # More devices than fit on a line: one block of destinations under another (as a wide table is
+        # printed in pages), of even sizes; boxed only if every block fits in a box.
+        count = 1
+        while count < len(dsts) and not fits(-(-len(dsts) // count), boxed=False):
+            count += 1
+        per = -(-len(dsts) // count)
+        boxed = stdout_is_terminal() and fits(per, boxed=True)
+        title = f"{direction} {variant} GB/s at {format_size_short(size)}, source (rows) → destination (columns)"
+        for columns, rows in blocks(per):
+            part = "" if count == 1 else f", {columns[1].header} to {columns[-1].header}"
+            tables.append(table_lines(columns, rows, title=title + part, boxed=boxed))
+    return tables
 
 
 def _device_order(name: str):
@@ -151,25 +205,33 @@ def _device_order(name: str):
     return (platform, int(ident) if ident.isdigit() else 1 << 30, ident)
 
 
-def chart_lines(cells) -> list[str]:
-    """Bandwidth against size, one block of bars per series (direction, variant, layout, path)."""
+def chart_lines(cells, width: int | None = None) -> list[str]:
+    """Bandwidth against size, one block of bars per series (direction, variant, layout, path), `width` cells
+    wide at most (the terminal's by default): the bars shorten on a narrow terminal."""
+    from devctl.render.console import out, wrap
+
+    width = out().width if width is None else width
     series: dict = {}
     for c in cells:
         series.setdefault((c.direction, c.variant, c.layout, c.src, c.dst), []).append(c)
-    series = {k: v for k, v in series.items() if len(v) >= 2}
+    # A series with no bandwidth at any size (skipped, zero-copy) has no bar to draw: the table says why.
+    series = {k: v for k, v in series.items() if len(v) >= 2 and any(c.gbps for c in v)}
     top = max((c.gbps for v in series.values() for c in v if c.gbps), default=None)
     if not series or not top:
         return []
-    lines = [f"Bandwidth against size (GB/s; a full bar is {top:.3g} GB/s)"]
+    # "  256M │" before the bar, " 0.0365 (suspect)" after it.
+    bar_width = max(min(BAR_WIDTH, width - 26), 4)
+    lines = wrap(f"Bandwidth against size (GB/s; a full bar is {top:.3g} GB/s)", width, hang="  ")
     for (direction, variant, layout, src, dst), group in series.items():
         where = "" if layout == "single" else f" {layout}"
-        lines.append(f"{direction} {variant}{where} {src} → {dst}")
+        lines += wrap(f"{direction} {variant}{where} {src} → {dst}", width, hang="  ")
         for c in sorted(group, key=lambda c: c.size_bytes):
             label = format_size_short(c.size_bytes).rjust(6)
             if c.gbps is None:
                 lines.append(f"{label} │ {_fmt_gbps(c)}")
                 continue
-            lines.append(f"{label} │{bar(c.gbps / top, BAR_WIDTH)} {c.gbps:.3g}")
+            flag = " (suspect)" if c.suspect else ""
+            lines.append(f"{label} │{bar(c.gbps / top, bar_width)} {c.gbps:.3g}{flag}".rstrip())
     return lines
 
 
@@ -185,6 +247,7 @@ def bar(fraction: float, width: int) -> str:
 
 
 def summary_lines(report: TransferReport) -> list[str]:
+    """The fastest paths, the roofs and the notes: prose lines, each wrapped to the terminal by the caller."""
     lines = []
     for f in report.fastest:
         where = "" if f.layout == "single" else f" ({f.layout})"
@@ -194,7 +257,9 @@ def summary_lines(report: TransferReport) -> list[str]:
             lines.append(f"Fastest {f.direction}{where} at {size}: none measured ({f.note}){zero}")
             continue
         roof = ""
-        if f.pct_of_roof is not None:
+        if above_roof(f.pct_of_roof):
+            roof = f", suspect: above {_roof_long(f.roof)} ({f.roof_gbps:.3g} GB/s)"
+        elif f.pct_of_roof is not None:
             roof = f", {f.pct_of_roof:.0f}% of {_roof_long(f.roof)} ({f.roof_gbps:.3g} GB/s)"
         lines.append(f"Fastest {f.direction}{where} at {size}: {f.variant}, {f.gbps:.3g} GB/s{roof}{zero}")
     lines += roof_lines(report)
@@ -202,6 +267,25 @@ def summary_lines(report: TransferReport) -> list[str]:
     for key in ("sweep_note", "pairs_note"):
         if env.get(key):
             lines.append(f"Note: {env[key]}")
+    if any(_alone(c, report) for c in report.results):
+        self_copies = any(c.direction == "d2d-self" for c in report.results)
+        lines.append("Note: d2d: one device here, nothing to copy between; "
+                     + ("d2d-self measures on-device copies" if self_copies else "--direction d2d-self measures on-device copies"))  # fmt: skip
+    layouts = sorted({c.layout for c in report.results if c.layout != "single" and not c.skipped})
+    if layouts:
+        # A mesh cell's figure is what crossed every device's link together: say so beside the roof it is held to.
+        lines.append(
+            f"Note: {' and '.join(layouts)}: GB/s is the aggregate over every device of the mesh (the bytes that "
+            "crossed all links, N x the size when replicated), held against the sum of their links' roofs; "
+            "--json has per_device_gbps"
+        )
+    suspect = [c for c in report.results if c.suspect]
+    if suspect:
+        which = "1 cell came out faster than its roof" if len(suspect) == 1 else f"{len(suspect)} cells came out faster than their roofs"
+        lines.append(
+            f"Note: suspect: {which}, which no copy can beat: the roof was measured while the machine was busier, "
+            "or the timing is off; rerun on an idle machine (--json has each cell's reason)"
+        )
     failed = [c for c in report.results if c.verified is False]
     if failed:
         lines.append(f"Verification FAILED for {len(failed)} cell(s): the bytes did not arrive unchanged")
@@ -217,7 +301,10 @@ def roof_lines(report: TransferReport) -> list[str]:
     memcpy = [r for r in report.roofs.host_memcpy if r.gbps]
     if memcpy:
         biggest = max(memcpy, key=lambda r: r.size_bytes)
-        lines.append(f"Roof, host memcpy: {biggest.gbps:.3g} GB/s at {format_size_short(biggest.size_bytes)}")
+        lines.append(
+            f"Roof, host memcpy: {biggest.gbps:.3g} GB/s at {format_size_short(biggest.size_bytes)} "
+            f"(the best of {biggest.samples} one-thread copies)"
+        )
     for link in report.roofs.pcie:
         if link.peak_gbps is None:
             lines.append(f"Roof, PCIe {link.device}: unknown ({link.reason})")
@@ -285,3 +372,19 @@ def _short(n) -> str:
     from devctl.units import format_size_short
 
     return format_size_short(n) if isinstance(n, int) else "?"
+
+
+def csv_rows(report: TransferReport) -> tuple[list[str], list[list]]:
+    """One row per cell, raw values: sizes in bytes, times in seconds, bandwidths in GB/s (decimal)."""
+    header = [
+        "direction", "variant", "layout", "src", "dst", "size_bytes", "bytes_moved", "samples", "min_s", "p10_s",
+        "median_s", "p90_s", "max_s", "gbps", "per_device_gbps", "zero_copy", "verified", "roof", "roof_gbps",
+        "pct_of_roof", "suspect", "skipped", "note",
+    ]  # fmt: skip
+    rows = [
+        [c.direction, c.variant, c.layout, c.src, c.dst, c.size_bytes, c.bytes_moved, c.samples, c.min_s, c.p10_s,
+         c.median_s, c.p90_s, c.max_s, c.gbps, c.per_device_gbps, c.zero_copy, c.verified, c.roof, c.roof_gbps,
+         c.pct_of_roof, c.suspect, c.skipped, c.note]
+        for c in report.results
+    ]  # fmt: skip
+    return header, rows

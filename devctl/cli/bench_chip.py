@@ -1,0 +1,86 @@
+"""Options and checks shared by the per-device benchmarks `devctl bench memory` and `devctl bench matmul`
+(each has its own module: devctl/cli/bench_memory.py, devctl/cli/bench_matmul.py). No jax here."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from devctl.cli import completion
+from devctl.errors import UsageError
+from devctl.model import bench_chip as c
+
+Option = typer.Option
+QuickOpt = Annotated[
+    bool,
+    Option("--quick", help="One size and a short budget: a smoke test in seconds. --sizes, --repeats, --min-time and --warmups given too override it."),
+]
+RepeatsOpt = Annotated[
+    Optional[int], Option("--repeats", metavar="N", help=f"Timed calls per device and size, at least (default {c.DEFAULT_REPEATS}).")
+]
+MinTimeOpt = Annotated[
+    Optional[float],
+    Option("--min-time", metavar="SECONDS", help=f"Timed seconds per device and size, at least (default {c.DEFAULT_MIN_TIME_S:g}; --quick {c.QUICK_MIN_TIME_S:g})."),
+]
+WarmupsOpt = Annotated[
+    Optional[int], Option("--warmups", metavar="N", help=f"Untimed calls first, after compiling (default {c.DEFAULT_WARMUPS}).")
+]
+DeviceOpt = Annotated[
+    Optional[list[str]],
+    Option(
+        "--device",
+        metavar="ID",
+        autocompletion=completion.devices(),
+        help="Device(s) to measure, taking turns call by call: a JAX id or platform:id (0, cpu:1, cuda:0), "
+        "repeatable or comma-separated, or all (the default: every local device, so they can be compared).",
+    ),
+]
+# A string, parsed by check_timeout as every command's --timeout is, so a bad value is named in the error.
+WatchdogOpt = Annotated[
+    Optional[str],
+    Option("--timeout", metavar="SECONDS", help="Stop when no progress is seen for this long (default 30, at most 60)."),
+]
+
+
+def chip_settings(quick: bool, repeats: int | None, min_time: float | None, warmups: int | None) -> dict:
+    """--repeats, --min-time and --warmups, checked, with --quick's defaults where not given."""
+    return dict(
+        repeats=check_count("--repeats", repeats, c.QUICK_REPEATS if quick else c.DEFAULT_REPEATS, low=1),
+        min_time_s=check_min_time(min_time, c.QUICK_MIN_TIME_S if quick else c.DEFAULT_MIN_TIME_S),
+        warmups=check_count("--warmups", warmups, c.QUICK_WARMUPS if quick else c.DEFAULT_WARMUPS, low=0),
+        quick=quick,
+    )
+
+
+def check_count(flag: str, value: int | None, default: int, *, low: int) -> int:
+    if value is None:
+        return default
+    if value < low or value > 1_000_000:
+        raise UsageError(f"{flag} must be between {low} and 1000000, got {value}")
+    return value
+
+
+def check_min_time(value: float | None, default: float) -> float:
+    if value is None:
+        return default
+    if not (0 <= value <= 60):  # NaN fails this too
+        raise UsageError(f"--min-time must be between 0 and 60 seconds, got {value:g}")
+    return value
+
+
+def stderr_line(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def straggler_lines(comparisons, what: str) -> list[str]:
+    """One stderr line per straggler: the device, its figure and the median, so a log names the slow device."""
+    from devctl.render.bench_chip import digits
+
+    lines = []
+    for comp in comparisons:
+        for s in comp.stragglers:
+            lines.append(f"straggler: {what} {comp.metric}: {s.describe(comp.unit, digits=digits(comp.median))}")
+    return lines

@@ -1,0 +1,112 @@
+"""`devctl bench matmul`: each device's matmul TFLOP/s in bf16 and f32, against its published dense peak and its
+peers. Flags are checked here, before the probe child (devctl/probe/bench_matmul.py) imports jax."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from devctl.cli import completion
+from devctl.cli.bench_chip import (
+    DeviceOpt,
+    MinTimeOpt,
+    QuickOpt,
+    RepeatsOpt,
+    WarmupsOpt,
+    WatchdogOpt,
+    chip_settings,
+    stderr_line,
+    straggler_lines,
+)
+from devctl.cli.options import CsvOpt, JsonOpt, check_output_format, check_timeout, parse_devices, shown, split_list
+from devctl.errors import UsageError
+from devctl.model import bench_matmul as m
+
+DtypeOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--dtype",
+        metavar="DTYPE",
+        autocompletion=completion.names(lambda: m.DTYPES),
+        help="bf16, f32 or all (the default: both); repeatable or comma-separated. f32 is full FP32 math "
+        "(Precision.HIGHEST), not TF32.",
+    ),
+]
+SizesOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--sizes",
+        metavar="LIST",
+        help=f"Matrix sides n (n x n @ n x n), e.g. 2048,8192 or 4K (K = 1024). Default: 2048, 4096, 8192 on "
+        f"accelerators, 512, 1024 on CPU (--quick: one). {m.MIN_SIDE} to {m.MAX_SIDE}; a size the device cannot hold "
+        "is skipped with a note.",
+    ),
+]
+
+
+def matmul(
+    dtype: DtypeOpt = None,
+    sizes: SizesOpt = None,
+    quick: QuickOpt = False,
+    repeats: RepeatsOpt = None,
+    min_time: MinTimeOpt = None,
+    warmups: WarmupsOpt = None,
+    device: DeviceOpt = None,
+    timeout: WatchdogOpt = None,
+    json_out: JsonOpt = False,
+    csv_out: CsvOpt = False,
+) -> None:
+    """Each device's matmul TFLOP/s (bf16, f32), against its published dense peak and its peers."""
+    check_output_format(json_out, csv_out)
+    opts = m.MatmulOptions(
+        devices=parse_devices("--device", device),
+        dtypes=parse_dtypes(dtype),
+        sizes=parse_sides(sizes) if sizes is not None else None,
+        **chip_settings(quick, repeats, min_time, warmups),
+    )
+    timeout_s = check_timeout(timeout)
+    from devctl.collect.bench_matmul import run_matmul
+    from devctl.render import emit
+    from devctl.render.bench_chip import Progress
+    from devctl.render.bench_matmul import progress_label
+
+    with Progress(progress_label) as progress:
+        report = run_matmul(opts, timeout_s, on_event=progress.on_event)
+    emit(report, json_out, csv_out=csv_out)
+    for line in straggler_lines(report.comparisons, "matmul"):
+        stderr_line(line)
+    if any(c.verified is False for c in report.results):
+        stderr_line("matmul verification failed: some products were wrong (see the notes)")
+        raise typer.Exit(1)
+
+
+def parse_dtypes(items: list[str] | None) -> tuple[str, ...]:
+    names = split_list("--dtype", items, f"one or more of {', '.join(m.DTYPES)}, all")
+    if names is None:
+        return m.DTYPES
+    aliases = {"bfloat16": "bf16", "float32": "f32", "fp32": "f32"}
+    chosen = set()
+    for n in names:
+        key = aliases.get(n.lower(), n.lower())
+        if key == "all":
+            return m.DTYPES
+        if key not in m.DTYPES:
+            raise UsageError(f"unknown --dtype {shown(n)}; accepted: {', '.join(m.DTYPES)}, all")
+        chosen.add(key)
+    return tuple(d for d in m.DTYPES if d in chosen)
+
+
+def parse_sides(text: str) -> tuple[int, ...]:
+    out = set()
+    for p in split_list("--sizes", [text], "matrix sides such as 2048,8192"):
+        raw = p.strip()
+        scale = 1024 if raw[-1:] in ("k", "K") else 1
+        digits = raw[:-1] if scale > 1 else raw
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > 9:
+            raise UsageError(f"--sizes {shown(p)} is not a matrix side; give whole numbers such as 2048,8192 or 4K")
+        n = int(digits) * scale
+        if not m.MIN_SIDE <= n <= m.MAX_SIDE:
+            raise UsageError(f"--sizes {shown(p)}: a matrix side must be between {m.MIN_SIDE} and {m.MAX_SIDE}")
+        out.add(n)
+    return tuple(sorted(out))

@@ -1,0 +1,65 @@
+"""What the per-device benchmark collectors (`bench memory`, `bench matmul`) share: running their probe child,
+turning its failures into one-line errors, and the run's environment as the report carries it."""
+
+from __future__ import annotations
+
+from typing import Callable, cast
+
+from devctl.errors import DevctlError, InputRejected
+from devctl.model.bench import BenchDevice
+from devctl.model.bench_chip import ChipEnvironment
+from devctl.model.peaks import no_peak_reason, peak_for
+
+
+def run_probe(module: str, request: dict, timeout_s: float, command: str, on_event: Callable[[dict], None] | None):
+    """The child's events and its ChildResult; a device this machine lacks is bad input (exit 2), any other failure
+    a DevctlError naming the command."""
+    from devctl.probe.runner import run_child
+
+    result = run_child(module, request, timeout_s=timeout_s, on_event=on_event)
+    error = result.last("error")
+    if error is not None:
+        if error.get("kind") == "usage":
+            raise InputRejected(error.get("message", "bad input"))
+        raise DevctlError(f"{command}: {error.get('message', 'the probe failed')}")
+    if result.last("done") is None or result.last("plan") is None:
+        raise DevctlError(f"{command}: the benchmark process {result.failure_text()}")
+    return result
+
+
+def devices_of(events: list[dict]) -> tuple[BenchDevice, ...]:
+    from devctl.model import from_dict
+
+    plan = next(e for e in events if e.get("event") == "plan")
+    return tuple(from_dict(BenchDevice, d) for d in plan["devices"])
+
+
+def environment_of(events: list[dict], elapsed_s: float | None) -> ChipEnvironment:
+    from devctl.version import __version__
+
+    plan = next(e for e in events if e.get("event") == "plan")
+    done = next(e for e in reversed(events) if e.get("event") == "done")
+    # The child's plan carries every other key of a ChipEnvironment (devctl.probe.chip.environment).
+    env = cast(ChipEnvironment, {**plan.get("environment", {}), "devctl": __version__, "child_elapsed_s": done.get("elapsed_s")})
+    if elapsed_s is not None:
+        env["elapsed_s"] = round(elapsed_s, 3)
+    return env
+
+
+def roof_words(devices: tuple[BenchDevice, ...], pick: Callable) -> tuple[dict[str, float | None], str | None, str | None, str | None]:
+    """Per device its roof (pick(peak) of its device kind), and the roof's name, source and, where none, why."""
+    roofs: dict[str, float | None] = {}
+    names, sources, reasons = [], [], []
+    for d in devices:
+        peak = peak_for(d.device_kind)
+        value = pick(peak) if peak is not None else None
+        roofs[d.name] = value
+        if value is not None and peak is not None:
+            names.append(peak.name)
+            sources.append(peak.source)
+        elif peak is not None:
+            reasons.append(f"{peak.name} ({peak.source}) publishes no such figure")
+        else:
+            reasons.append(no_peak_reason(d.device_kind, d.platform))
+    first = lambda items: ", ".join(dict.fromkeys(items)) or None  # noqa: E731
+    return roofs, first(names), first(sources), first(reasons)

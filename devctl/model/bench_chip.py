@@ -1,0 +1,172 @@
+"""What `bench memory` and `bench matmul` share: one device's timing statistics, the run's environment, and the
+comparison of every device's headline figure with its published roof and with its peers (the straggler rule).
+
+Pure stdlib: the CLI, the collectors and the probe children all read these records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypedDict
+
+from devctl.model import json_schema
+from devctl.model.devices import DeviceRef
+from devctl.model.stragglers import DEFAULT_FLOOR_PCT, DEFAULT_MAD_K, Straggler, find_stragglers
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+DEFAULT_REPEATS = 5
+DEFAULT_MIN_TIME_S = 0.2
+DEFAULT_WARMUPS = 2
+QUICK_REPEATS = 5  # the straggler rule compares fastest calls: a few more give each device a quiet moment
+QUICK_MIN_TIME_S = 0.02
+QUICK_WARMUPS = 1
+
+
+@dataclass(frozen=True)
+class ChipOptions:
+    """What every per-device benchmark is asked: which devices, and how long to time each cell."""
+
+    devices: tuple[DeviceRef, ...] | None = None  # None or (): every local device (the point is to compare them)
+    repeats: int = DEFAULT_REPEATS
+    min_time_s: float = DEFAULT_MIN_TIME_S
+    warmups: int = DEFAULT_WARMUPS
+    quick: bool = False
+
+
+class _ChipEnvironmentRequired(TypedDict):
+    python: str
+    jax: str
+    jaxlib: str | None
+    numpy: str
+    backend: str | None  # the JAX client's platform
+    platform_version: str | None
+    hostname: str
+    cpu_count: int | None
+    cpu_affinity: list[int] | None  # CPUs the probe may run on
+    xla_flags: str | None  # XLA_FLAGS as set
+    jax_platforms: str | None  # JAX_PLATFORMS as set
+    repeats: Annotated[int, json_schema(minimum=1)]
+    min_time_s: Annotated[float, json_schema(minimum=0)]
+    warmups: Annotated[int, json_schema(minimum=0)]
+    quick: bool
+    sweep_note: str | None  # sizes left out of the default sweep, and why
+    devctl: str  # devctl's version
+    child_elapsed_s: Annotated[float | None, json_schema(minimum=0)]  # the probe child's own wall time
+
+
+class ChipEnvironment(_ChipEnvironmentRequired, total=False):
+    """What the run was: versions, machine, settings (the probe child's plan, with devctl's additions)."""
+
+    elapsed_s: Annotated[float, json_schema(minimum=0)]  # wall time of the whole run, as the CLI saw it
+
+
+@dataclass(frozen=True)
+class DeviceFigure:
+    """One device's headline figure (its best median over the sizes measured) against its roof and its peers."""
+
+    device: str  # "cpu:0", "cuda:3"
+    device_kind: str
+    value: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # best median figure over the sizes; None: nothing measured on this device
+    size: int | None = field(default=None, metadata=json_schema(minimum=1))  # the size it was reached at (bytes, or a matrix's side)
+    roof: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # the device kind's published peak, same unit
+    pct_of_roof: float | None = field(default=None, metadata=json_schema(minimum=0))  # value as a percentage of roof
+    fastest: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # the figure of its fastest call, at any size
+    vs_median_pct: float | None = None  # 100 x (value / median of every device's value - 1): negative is slower than its peers
+    straggler: bool = False  # named by the straggler rule
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every device's headline figure of one kind (copy GB/s, bf16 TFLOP/s), set against its roof and its peers."""
+
+    metric: str  # what is compared: "copy", "bf16", "f32"
+    unit: str  # "GB/s", "TFLOP/s"
+    figures: tuple[DeviceFigure, ...]
+    median: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # of every device's figure
+    stragglers: tuple[Straggler, ...] = ()  # worst first, each with its figure (best median) and its peers' median
+    rule: str = ""  # the straggler rule, in words
+    roof_name: str | None = None  # the peak's product and what it is ("H100 SXM dense BF16"); None: no peak known
+    roof_source: str | None = None  # where the peak comes from
+    roof_reason: str | None = None  # why there is no roof
+
+
+def straggler_rule(floor_pct: float = DEFAULT_FLOOR_PCT, mad_k: float = DEFAULT_MAD_K) -> str:
+    return (
+        f"a device is a straggler when both its figure and its fastest call are below the median of the other "
+        f"devices' by more than max({floor_pct:g}%, {mad_k:g} x 1.4826 x their MAD)"
+    )
+
+
+def compare(
+    metric: str,
+    unit: str,
+    best: dict[str, tuple[float | None, int | None]],
+    kinds: dict[str, str],
+    roofs: dict[str, float | None],
+    *,
+    fastest: dict[str, float | None] | None = None,
+    roof_name: str | None,
+    roof_source: str | None,
+    roof_reason: str | None,
+) -> Comparison:
+    """The comparison of one figure across devices.
+
+    `best`: device -> (its best median value, the size it was reached at); `fastest`: device -> the figure of its
+    fastest call (default: the best median). A device is a straggler when the rule (devctl.model.stragglers) names
+    it on both: on a shared machine another job slows some calls of some devices, which can pull one device's
+    median down, or leave the others one lucky quiet call; a device that is truly slow is slow on both counts.
+    `kinds`: device -> device_kind; `roofs`: device -> the published peak for this metric (None: unknown). Higher
+    is better for every figure here.
+    """
+    values = {d: v for d, (v, _) in best.items() if v}
+    fast = {d: (fastest or {}).get(d) or v for d, v in values.items()}
+    on_fastest = {s.name for s in find_stragglers(fast)}
+    found = [s for s in find_stragglers(values) if s.name in on_fastest]
+    slow = {s.name for s in found}
+    median = _median(values)
+    figures = []
+    for device, (value, size) in best.items():
+        roof = roofs.get(device)
+        figures.append(
+            DeviceFigure(
+                device=device,
+                device_kind=kinds.get(device, ""),
+                value=value or None,
+                size=size if value else None,
+                roof=roof,
+                pct_of_roof=100 * value / roof if value and roof else None,
+                fastest=fast.get(device),
+                vs_median_pct=100 * (value / median - 1) if value and median and len(values) > 1 else None,
+                straggler=device in slow,
+            )
+        )
+    return Comparison(
+        metric, unit, tuple(figures), median, tuple(found), straggler_rule(), roof_name, roof_source, roof_reason
+    )
+
+
+def _median(values: dict[str, float]) -> float | None:
+    import statistics
+
+    return statistics.median(values.values()) if values else None
+
+
+def fastest_by_device(cells: Any, value_of: Any) -> dict[str, float | None]:
+    """Per device, the figure of its fastest call over every size measured (None: nothing measured)."""
+    out: dict[str, float | None] = {}
+    for c in cells:
+        v = value_of(c)
+        out[c.device] = max(v, out.get(c.device) or 0) if v else out.get(c.device)
+    return out
+
+
+def best_by_device(cells: Any, value_of: Any, size_of: Any) -> dict[str, tuple[float | None, int | None]]:
+    """Per device (in the order first seen), the best value over its measured cells and the size it came at."""
+    best: dict[str, tuple[float | None, int | None]] = {}
+    for c in cells:
+        best.setdefault(c.device, (None, None))
+        v = value_of(c)
+        if v is not None and (best[c.device][0] is None or v > (best[c.device][0] or 0)):
+            best[c.device] = (v, size_of(c))
+    return best

@@ -1,0 +1,237 @@
+"""`devctl bench collective`: what was asked, what each collective measured, and its bus bandwidth.
+
+Sizes and bandwidths follow nccl-tests (doc/PERFORMANCE.md, https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md):
+a cell's size S is nccl-tests' "size", per rank, and `algbw = S / t` from the median time t. S is the buffer
+each rank holds for all-reduce, all-to-all and ppermute (send/recv), the *whole* array for all-gather (its
+output: sendcount x n) and reduce-scatter (its input: recvcount x n). The bus bandwidth corrects algbw for the
+n ranks of the axis, so that it is comparable with one link's hardware peak whatever n is:
+
+    all-reduce      busbw = algbw x 2(n-1)/n
+    all-gather      busbw = algbw x (n-1)/n
+    reduce-scatter  busbw = algbw x (n-1)/n
+    all-to-all      busbw = algbw x (n-1)/n
+    ppermute        busbw = algbw            (point to point, as nccl-tests' sendrecv)
+
+Pure stdlib: the CLI (no jax) and the probe child both build and read these records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypedDict, get_args
+
+from devctl.model import from_dict, json_schema
+from devctl.model.bench import BenchDevice
+
+SCHEMA = "devctl.bench.collective/1"
+
+Collective = Literal["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ppermute"]
+COLLECTIVES: tuple[str, ...] = get_args(Collective)
+# The JAX call each one times, inside shard_map over one mesh axis.
+JAX_CALL = {
+    "all-reduce": "lax.psum",
+    "all-gather": "lax.all_gather(tiled=True)",
+    "reduce-scatter": "lax.psum_scatter(tiled=True)",
+    "all-to-all": "lax.all_to_all(tiled=True)",
+    "ppermute": "lax.ppermute (ring: i -> i+1)",
+}
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "int32", "int8")
+Scope = Literal["intra-host", "inter-host"]
+SCOPES: tuple[str, ...] = get_args(Scope)
+
+KIB, MIB = 1 << 10, 1 << 20
+# Powers of four: latency at the small end, bandwidth at the large (nccl-tests sweeps -b 8 -e 8G in the same spirit).
+DEFAULT_SIZES = tuple(KIB * 4**i for i in range(10))  # 1K .. 256M per device
+QUICK_SIZES = (4 * KIB, MIB)
+# Below this size a cell's time is mostly fixed cost: it is reported as a latency.
+LATENCY_MAX_BYTES = 64 * KIB
+
+DEFAULT_REPEATS = 5
+DEFAULT_WARMUPS = 2
+# Timed seconds per cell: small sizes take many samples within it, large ones at least --repeats.
+DEFAULT_BUDGET_S = 0.2
+QUICK_REPEATS = 3
+QUICK_WARMUPS = 1
+QUICK_BUDGET_S = 0.05
+# The default sweep stops growing a collective once one cell would take longer than this (a 2-core CPU
+# moving 1 GiB through four forced devices takes seconds a call); --sizes measures what it names.
+SWEEP_CELL_CAP_S = 1.5
+QUICK_CELL_CAP_S = 0.5
+
+
+def bus_factor(collective: str, n: int) -> float:
+    """nccl-tests' correction from algbw to busbw for `n` ranks (doc/PERFORMANCE.md, "Summary")."""
+    if n < 2:
+        raise ValueError(f"a collective needs at least 2 ranks, got {n}")
+    if collective == "all-reduce":
+        return 2 * (n - 1) / n
+    if collective in ("all-gather", "reduce-scatter", "all-to-all"):
+        return (n - 1) / n
+    if collective in ("ppermute", "ppermute-pair"):
+        return 1.0
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+def input_bytes(collective: str, size: int, n: int) -> int:
+    """What each rank sends in: nccl-tests' S, except all-gather, whose S is its output (S/n in)."""
+    return size // n if collective == "all-gather" else size
+
+
+def output_bytes(collective: str, size: int, n: int) -> int:
+    """What each rank gets back: reduce-scatter returns S/n, every other collective S."""
+    return size // n if collective == "reduce-scatter" else size
+
+
+def bandwidths(collective: str, size: int, n: int, median_s: float | None) -> tuple[float | None, float | None]:
+    """(algbw, busbw) in decimal GB/s from the median time; None where nothing was timed."""
+    if not median_s or median_s <= 0:
+        return None, None
+    alg = size / median_s / 1e9
+    return alg, alg * bus_factor(collective, n)
+
+
+@dataclass(frozen=True)
+class CollectiveOptions:
+    """A validated request; the CLI builds it, the probe child reads it back from JSON."""
+
+    collectives: tuple[str, ...] = COLLECTIVES
+    sizes_bytes: tuple[int, ...] | None = None  # None: the default sweep, capped by SWEEP_CELL_CAP_S
+    dtypes: tuple[str, ...] = ("float32",)
+    mesh: tuple[tuple[str, int], ...] | None = None  # (axis name, size) in order; None: one axis over every device
+    all_pairs: bool = False  # ppermute between every ordered pair of one axis: a link matrix
+    repeats: int = DEFAULT_REPEATS
+    warmups: int = DEFAULT_WARMUPS
+    budget_s: float = DEFAULT_BUDGET_S
+    quick: bool = False
+    # Set by the CLI with --distributed: {"coordinator", "num_processes", "process_id", "timeout_s"}.
+    cluster: dict[str, Any] | None = None
+
+    def to_request(self) -> dict[str, Any]:
+        from devctl.model import to_jsonable
+
+        request: dict[str, Any] = to_jsonable(self)
+        return request
+
+    @classmethod
+    def from_request(cls, data: dict[str, Any]) -> CollectiveOptions:
+        return from_dict(cls, data)
+
+    @property
+    def cell_cap_s(self) -> float:
+        return QUICK_CELL_CAP_S if self.quick else SWEEP_CELL_CAP_S
+
+
+@dataclass(frozen=True)
+class MeshAxis:
+    """One axis of the mesh, measured on its own as a JAX program that shards over it would use it."""
+
+    name: str
+    size: int = field(metadata=json_schema(minimum=1))  # ranks in each group: the n of the busbw rule
+    groups: int = field(metadata=json_schema(minimum=1))  # independent groups running the collective at once (the other axes)
+    scope: str = field(metadata=json_schema(enum=SCOPES))  # inter-host: a group spans several JAX processes (network, DCN)
+    first_group: tuple[str, ...]  # the devices of the first group, in axis order
+
+
+@dataclass(frozen=True)
+class CollectiveCell:
+    """One collective on one axis at one size and dtype (or one ppermute pair), measured or skipped."""
+
+    # A skipped cell has no samples and no bandwidth.
+    JSON_SCHEMA: ClassVar[dict[str, Any]] = {
+        "if": {"properties": {"skipped": {"const": True}}},
+        "then": {"properties": {"samples": {"const": 0}, "busbw_gbps": {"const": None}}},
+    }
+
+    collective: str = field(metadata=json_schema(enum=(*COLLECTIVES, "ppermute-pair")))  # ppermute-pair: one ordered pair of --all-pairs
+    axis: str
+    ranks: int = field(metadata=json_schema(minimum=2))  # n of the busbw rule: the axis size (2 for a pair)
+    size_bytes: int = field(metadata=json_schema(minimum=1))  # nccl-tests' S per rank (see the module's docstring)
+    dtype: str = field(metadata=json_schema(enum=DTYPES))
+    src: str | None = None  # ppermute-pair: the sending device (its index on the axis where the mesh has several groups)
+    dst: str | None = None
+    samples: int = field(default=0, metadata=json_schema(minimum=0))
+    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    p10_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    median_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    p90_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    max_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    mean_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    cv: float | None = field(default=None, metadata=json_schema(minimum=0))  # coefficient of variation of the samples
+    algbw_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # S / median, decimal GB/s
+    busbw_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # algbw x nccl-tests' factor
+    compile_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # lowering and compiling, once, untimed
+    roof_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # the per-link peak busbw is set against
+    pct_of_roof: float | None = field(default=None, metadata=json_schema(minimum=0))
+    skipped: bool = False
+    note: str | None = None
+
+    @property
+    def latency(self) -> bool:
+        return self.size_bytes <= LATENCY_MAX_BYTES
+
+
+@dataclass(frozen=True)
+class StragglerFinding:
+    """A link (ppermute pair) or a host (JAX process) worse than its peers' median by more than the robust rule allows."""
+
+    kind: str = field(metadata=json_schema(enum=("link", "host")))
+    name: str  # "cpu:0->cpu:1", or "process 1 (host-b)"
+    collective: str
+    axis: str
+    size_bytes: int = field(metadata=json_schema(minimum=1))
+    gbps: float = field(metadata=json_schema(minimum=0))  # its algbw (link) or busbw (host)
+    median_gbps: float = field(metadata=json_schema(minimum=0))  # the median of its peers
+    deviation_pct: float  # how far below the median, in percent
+    threshold_pct: float  # the bar it crossed (devctl.model.stragglers)
+
+
+@dataclass(frozen=True)
+class HostFigure:
+    """One JAX process's own timing of one cell (--distributed): each process times its calls itself."""
+
+    process_index: int = field(metadata=json_schema(minimum=0))
+    hostname: str
+    collective: str
+    axis: str
+    size_bytes: int = field(metadata=json_schema(minimum=1))
+    dtype: str
+    median_s: float | None = field(metadata=json_schema(minimum=0))
+    busbw_gbps: float | None = field(metadata=json_schema(minimum=0))
+
+
+class CollectiveEnvironment(TypedDict, total=False):
+    """What the run was: versions, machine, settings (the probe child's plan, with devctl's additions)."""
+
+    python: str
+    jax: str
+    jaxlib: str | None
+    backend: str | None  # the JAX client's platform
+    hostname: str
+    cpu_count: int | None
+    xla_flags: str | None  # XLA_FLAGS as set
+    shard_map: str  # where shard_map was imported from (jax.shard_map, or jax.experimental.shard_map on older jax)
+    device_kind: str | None
+    process_count: int  # JAX processes in the mesh (1 without --distributed)
+    process_index: int  # this process's index (0 without --distributed): the one whose timings the cells are
+    repeats: int
+    warmups: int
+    budget_s: float
+    quick: bool
+    sweep_note: str | None  # sizes left out of the default sweep, and why
+    roof_note: str | None  # why busbw has no roof to compare with
+    devctl: str  # devctl's version
+    child_elapsed_s: float | None  # the probe child's own wall time
+    elapsed_s: float  # wall time of the whole run, as the CLI saw it
+
+
+@dataclass(frozen=True)
+class CollectiveReport:
+    """`devctl bench collective`: every cell, the mesh it ran on, and the stragglers found."""
+
+    results: tuple[CollectiveCell, ...]
+    axes: tuple[MeshAxis, ...]
+    devices: tuple[BenchDevice, ...]  # every device of the mesh (of every process with --distributed)
+    environment: CollectiveEnvironment
+    stragglers: tuple[StragglerFinding, ...] = ()
+    hosts: tuple[HostFigure, ...] = ()  # --distributed: each process's own figures at the largest size of each collective and axis
+    schema: str = SCHEMA

@@ -1,0 +1,177 @@
+"""Probe child for `devctl bench matmul`: each device's matmul throughput per dtype.
+
+Run as `python -m devctl.probe.bench_matmul '<MatmulOptions as JSON>'`. Events:
+  plan   {devices, environment, cells, sizes}   once, before the first measurement
+  cell   {MatmulCell}                           once per device, dtype and size, a group's after all its devices ran
+  tick   {samples}                              inside a long cell
+  done   {elapsed_s}
+  error  {kind, message}                        kind "usage": bad input only the child can see
+
+C = A @ B over square matrices made on the device (normal random values, committed to it), compiled once; 2 n^3
+flops per call. A few rows and columns of C are checked against float64 on the host, with a tolerance that a
+lower precision than asked (TF32 or one bf16 pass for f32) would exceed.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+
+from devctl.model import bench_matmul as m
+from devctl.model import to_jsonable
+from devctl.model.peaks import peak_for
+from devctl.probe.channel import emit, read_request, release_runtime
+from devctl.probe.chip import (
+    UsageProblem,
+    environment,
+    failure_note,
+    import_jax,
+    local_devices,
+    resolve_devices,
+    room_problem,
+    stats,
+    time_interleaved,
+)
+from devctl.probe.transfer_devices import device_info, device_name
+
+# Rows and columns of C checked: enough to catch a wrong kernel, few enough to cost nothing next to the timing.
+CHECK_ROWS, CHECK_COLS = 4, 64
+# Largest error allowed, relative to the largest |C| checked. bf16: the result itself is rounded to 8 bits of
+# mantissa (2^-8 ~ 0.4%). f32 at HIGHEST: float32 accumulation over n terms stays far below 1e-4; TF32 inputs
+# (10-bit mantissa) or one bf16 pass would land near 1e-3 and fail.
+TOLERANCE = {"bf16": 2e-2, "f32": 1e-4}
+
+
+def main() -> int:
+    opts = m.MatmulOptions.from_request(read_request())
+    started = time.monotonic()
+    imported = import_jax()
+    if imported is None:
+        return 1
+    jax, np = imported
+    local = local_devices(jax)
+    if local is None:
+        return 1
+    try:
+        devices = resolve_devices(opts, local)
+    except UsageProblem as e:
+        emit("error", kind="usage", message=str(e))
+        return 0
+    sizes = list(opts.sizes) if opts.sizes is not None else list(m.default_sizes(devices[0].platform, opts.quick))
+    note = None
+    if opts.sizes is None and opts.quick:
+        note = "--quick: one size; the default sweep is " + ", ".join(str(n) for n in m.default_sizes(devices[0].platform, False))
+    emit(
+        "plan",
+        devices=[to_jsonable(device_info(d)) for d in devices],
+        environment=environment(jax, np, local, opts, note),
+        cells=len(devices) * len(opts.dtypes) * len(sizes),
+        sizes=sizes,
+    )
+    for dtype in opts.dtypes:
+        for n in sizes:
+            for c in measure_group(jax, np, devices, dtype, n, opts):
+                emit("cell", **to_jsonable(c))
+            gc.collect()  # free this group's matrices before the next one allocates
+    emit("done", elapsed_s=round(time.monotonic() - started, 3))
+    return 0
+
+
+class Product:
+    """One device's A and B (normal random values, made on the device and committed to it) and its compiled dot."""
+
+    def __init__(self, jax, np, dev, dtype: str, n: int):
+        import jax.numpy as jnp
+
+        jdtype = {"bf16": jnp.bfloat16, "f32": jnp.float32}[dtype]
+        on_dev = jax.sharding.SingleDeviceSharding(dev)
+        ka, kb = jax.random.split(jax.random.key(0))
+        make = jax.jit(lambda k: jax.random.normal(k, (n, n), jdtype), out_shardings=on_dev)
+        self.operands = (make(ka), make(kb))
+        precision = getattr(jax.lax.Precision, m.PRECISION[dtype])
+        self.dot = jax.jit(lambda x, y: jnp.matmul(x, y, precision=precision)).lower(*self.operands).compile()
+        self.verified = _verify(np, self.dot(*self.operands), *self.operands, dtype)
+
+    def __call__(self):
+        return self.dot(*self.operands)
+
+
+def measure_group(jax, np, devices: list, dtype: str, n: int, opts: m.MatmulOptions) -> list[m.MatmulCell]:
+    """Every device at one dtype and size: each prepared (or skipped, with why), then timed taking turns."""
+    ready: dict[str, Product] = {}
+    skipped: dict[str, str] = {}
+    for dev in devices:
+        # Checked device by device as the matrices are made: CPU devices share host memory.
+        why = room_problem(dev, m.DEVICE_COPIES * n * n * m.ELEMENT_BYTES[dtype], f"n={n} {dtype} (A, B and C)")
+        if why:
+            skipped[device_name(dev)] = why
+            continue
+        try:
+            ready[device_name(dev)] = Product(jax, np, dev, dtype, n)
+            emit("tick", samples=0)  # making the buffers and compiling is work too: the watchdog hears of it
+        except Exception as e:  # an out-of-memory or a backend refusal costs this device's cell, not the run
+            skipped[device_name(dev)] = failure_note(e)
+    try:
+        samples = time_interleaved(dict(ready), opts) if ready else {}
+    except Exception as e:
+        skipped.update(dict.fromkeys(ready, failure_note(e)))
+        samples = {}
+    cells = []
+    for dev in devices:
+        name = device_name(dev)
+        base = m.MatmulCell(name, dtype, n, m.PRECISION[dtype], m.flops(n))
+        if name not in samples:
+            cells.append(_replace(base, skipped=True, note=skipped.get(name, "skipped")))
+            continue
+        cells.append(cell(dev, base, samples[name], ready[name].verified))
+    ready.clear()
+    return cells
+
+
+def _verify(np, c, a, b, dtype: str) -> bool:
+    """Sampled rows and columns of C against float64 products of the same (already rounded) inputs."""
+    n = a.shape[0]
+    rows = np.linspace(0, n - 1, min(CHECK_ROWS, n)).astype(int)
+    cols = np.linspace(0, n - 1, min(CHECK_COLS, n)).astype(int)
+    a_rows = np.asarray(a[rows, :]).astype(np.float64)
+    b_cols = np.asarray(b[:, cols]).astype(np.float64)
+    want = a_rows @ b_cols
+    got = np.asarray(c[rows][:, cols]).astype(np.float64)
+    scale = float(np.abs(want).max()) or 1.0
+    return bool(np.isfinite(got).all()) and float(np.abs(got - want).max()) <= TOLERANCE[dtype] * scale
+
+
+def cell(dev, base: m.MatmulCell, samples: list[float], verified: bool) -> m.MatmulCell:
+    st = stats(samples)
+    tflops = base.flops / st["median_s"] / 1e12 if verified and st["median_s"] else None
+    peak = base.flops / st["min_s"] / 1e12 if tflops and st["min_s"] else None
+    known = peak_for(dev.device_kind)
+    roof = None if known is None else (known.bf16_tflops if base.dtype == "bf16" else known.f32_tflops)
+    note = None if verified else f"the result was wrong (beyond {TOLERANCE[base.dtype]:g} of the float64 product): no TFLOP/s reported"
+    return _replace(
+        base,
+        samples=len(samples),
+        tflops=tflops,
+        peak_tflops=peak,
+        roof_tflops=roof,
+        pct_of_roof=100 * tflops / roof if tflops and roof else None,
+        verified=verified,
+        note=note,
+        **st,
+    )
+
+
+def _replace(cell: m.MatmulCell, **changes) -> m.MatmulCell:
+    from dataclasses import replace
+
+    return replace(cell, **changes)
+
+
+if __name__ == "__main__":
+    code = main()
+    # Leave as the other probes do: past the runtimes' exit-time destructors, undoing what libtpu's would have.
+    sys.stdout.flush()
+    release_runtime()
+    os._exit(code)

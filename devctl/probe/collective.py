@@ -1,0 +1,361 @@
+"""Probe child for `devctl bench collective`: every jax call of the benchmark lives here.
+
+Run as `python -m devctl.probe.collective '<CollectiveOptions as JSON>'`. Events:
+  plan   {devices, axes, environment, cells}   once, before the first measurement
+  cell   {CollectiveCell}                       once per cell (also the watchdog's heartbeat)
+  tick   {samples}                              inside a long cell, so the watchdog knows it is alive
+  hosts  {figures}                              --distributed, process 0: every process's own medians
+  done   {sweep_note, elapsed_s}
+  error  {kind: "usage" | "join" | ..., message}
+
+Method (as nccl-tests and a JAX user would time a collective): each cell's jit(shard_map(collective)) is
+lowered and compiled once, untimed; untimed warm-ups follow; every timed call is one call of the compiled
+executable ended by block_until_ready; the input is created on the devices, never copied from the host in
+the timing; statistics come from the median. With --distributed every choice that depends on a timing is
+process 0's (devctl.probe.collective_cluster.Agreement), so every process runs the same calls.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+
+from devctl.model import bench_collective as m
+from devctl.model import to_jsonable
+from devctl.probe.channel import emit, read_request, release_runtime
+from devctl.probe.collective_cluster import Agreement, join_cluster, leave
+from devctl.probe.collective_ops import (
+    Layout,
+    axis_groups,
+    build_mesh,
+    compiled_collective,
+    elements,
+    import_shard_map,
+    make_input,
+)
+from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, dist_version
+from devctl.probe.transfer_measure import host_available_bytes, sample_stats
+from devctl.units import format_bytes, format_seconds, format_size_short
+
+# A cell of tiny calls has said all it can long before its budget: no more samples than this.
+MAX_SAMPLES = 200
+HEARTBEAT_S = 2.0
+# Device memory a cell may take: its input and output, and XLA's scratch, against what is free.
+MEMORY_FACTOR = 1.5
+# Host memory forced CPU devices may take together, of what is available: the machine keeps working.
+HOST_SHARE = 0.5
+
+
+class UsageProblem(Exception):
+    """Bad input only the child can see (the device count): an `error` event of kind usage, exit 2."""
+
+
+def main() -> int:
+    opts = m.CollectiveOptions.from_request(read_request())
+    started = time.monotonic()
+    try:
+        import jax
+        import numpy as np
+    except Exception as e:  # a broken install is worth a line, not a traceback
+        emit("error", kind="import", message=f"cannot import jax: {type(e).__name__}: {e}")
+        return 1
+    agreement = Agreement()
+    if opts.cluster is not None:
+        try:
+            agreement = join_cluster(jax, opts.cluster)
+        except Exception as e:
+            emit("error", kind="join", message=f"distributed: could not join the cluster: {type(e).__name__}: {_first_line(e)}")
+            return 1
+    try:
+        bench = Bench(opts, jax, np, agreement)
+        bench.resolve()
+    except UsageProblem as e:
+        emit("error", kind="usage", message=str(e))
+        leave(jax, agreement)
+        return 0
+    except Exception as e:  # no backend could start: one line
+        emit("error", kind="backend", message=f"JAX found no usable device: {type(e).__name__}: {_first_line(e)}")
+        return 1
+    bench.run()
+    emit("done", sweep_note=bench.sweep_note(), elapsed_s=round(time.monotonic() - started, 3))
+    leave(jax, agreement)
+    return 0
+
+
+@dataclass
+class Series:
+    """One collective on one axis in one dtype, swept over sizes: what the default sweep predicts the next size from."""
+
+    points: list[tuple[int, float]] = field(default_factory=list)  # (size, median call) measured so far
+    stopped: bool = False
+    figures: list[dict] = field(default_factory=list)
+
+    def predict(self, size: int) -> float | None:
+        """A call's time at `size`, from the last two sizes: their marginal cost per byte carried on (small sizes
+        cost their latency, not size / their bandwidth, so one point alone would stop the sweep too early)."""
+        if len(self.points) < 2:
+            return None
+        (s1, t1), (s2, t2) = self.points[-2:]
+        per_byte = max((t2 - t1) / (s2 - s1), 0.0) if s2 > s1 else 0.0
+        return t2 + per_byte * (size - s2)
+
+
+class Bench:
+    def __init__(self, opts: m.CollectiveOptions, jax, np, agreement: Agreement):
+        self.opts, self.jax, self.np, self.agreement = opts, jax, np, agreement
+        # Every device of the cluster in process order (one process: jax.devices() as it lists them).
+        self.devices = sorted(jax.devices(), key=lambda d: (getattr(d, "process_index", 0), d.id))
+        self.processes = max(getattr(d, "process_index", 0) for d in self.devices) + 1
+        self.sweep_notes: list[str] = []
+        self.layout: Layout | None = None
+        self.axes: list[m.MeshAxis] = []
+
+    # ---- the mesh ----------------------------------------------------------------------------------
+
+    def resolve(self) -> None:
+        n = len(self.devices)
+        if n < 2:
+            name = device_name(self.devices[0]) if self.devices else "none"
+            hint = (
+                "; on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N gives N devices"
+                if self.devices and self.devices[0].platform == "cpu"
+                else ""
+            )
+            raise UsageProblem(f"one device here ({name}): a collective needs at least 2 devices, so there is nothing to measure{hint}")
+        axes = self.opts.mesh or self._default_axes()
+        product = math.prod(size for _, size in axes)
+        if product != n:
+            shown = ",".join(f"{a}={s}" for a, s in axes)
+            raise UsageProblem(f"--mesh {shown} has {product} devices, but there are {n}: the axis sizes must multiply to {n}")
+        self.layout = build_mesh(self.jax, self.np, self.devices, axes)
+        for name, size in axes:
+            if size < 2:
+                continue  # an axis of one device has nothing to exchange
+            groups = axis_groups(self.layout, self.np, name)
+            crosses = any(len({getattr(d, "process_index", 0) for d in g}) > 1 for g in groups)
+            self.axes.append(m.MeshAxis(name, size, len(groups), "inter-host" if crosses else "intra-host", tuple(device_name(d) for d in groups[0])))
+        if not self.axes:
+            raise UsageProblem("--mesh has no axis of 2 or more devices: a collective over one device exchanges nothing")
+
+    def _default_axes(self) -> tuple[tuple[str, int], ...]:
+        """One axis over every device; across processes, one axis within each process and one across them,
+        so the intra-host links (NVLink, ICI) and the inter-host network are measured apart."""
+        n = len(self.devices)
+        if self.processes == 1:
+            return (("devices", n),)
+        per = n // self.processes
+        if per * self.processes != n:
+            raise UsageProblem(f"the {self.processes} processes hold {n} devices, not the same number each: give --mesh to say how to arrange them")
+        return (("hosts", self.processes), ("local", per))
+
+    # ---- running ------------------------------------------------------------------------------------
+
+    def sizes(self) -> tuple[int, ...]:
+        if self.opts.sizes_bytes is not None:
+            return self.opts.sizes_bytes
+        return m.QUICK_SIZES if self.opts.quick else m.DEFAULT_SIZES
+
+    def run(self) -> None:
+        sizes = self.sizes()
+        cells = len(self.opts.dtypes) * len(self.axes) * len(self.opts.collectives) * len(sizes)
+        if self.opts.all_pairs:
+            cells += sum(a.size * (a.size - 1) for a in self.axes) * len(self.opts.dtypes)
+        emit(
+            "plan",
+            devices=[to_jsonable(device_info(d)) for d in self.devices],
+            axes=[to_jsonable(a) for a in self.axes],
+            environment=self._environment(),
+            cells=cells,
+        )
+        figures: list[dict] = []
+        for dtype in self.opts.dtypes:
+            for axis in self.axes:
+                ring_sizes: list[int] = []
+                for collective in self.opts.collectives:
+                    series = Series()
+                    for size in sizes:
+                        cell = self._sweep_cell(series, collective, axis, size, dtype)
+                        if cell is not None:
+                            emit("cell", **to_jsonable(cell))
+                            if not cell.skipped and collective == "ppermute":
+                                ring_sizes.append(size)
+                    figures += series.figures
+                if self.opts.all_pairs:
+                    self._pairs(axis, dtype, max(ring_sizes) if ring_sizes else max(sizes))
+        gathered = self.agreement.gather(figures)
+        if gathered is not None and self.processes > 1:
+            emit("hosts", figures=gathered)
+
+    def _sweep_cell(self, series: Series, collective: str, axis: m.MeshAxis, size: int, dtype: str) -> m.CollectiveCell | None:
+        """One size of a series; None once the default sweep has stopped growing it (the sweep note says where)."""
+        if series.stopped:
+            return None
+        predicted = series.predict(size)
+        if self.opts.sizes_bytes is None and predicted is not None:
+            cost = predicted * (max(self.opts.warmups, 1) + self.opts.repeats)
+            if self.agreement.agree(cost > self.opts.cell_cap_s):
+                series.stopped = True
+                where = f"{collective} on {axis.name}" + (f" ({dtype})" if len(self.opts.dtypes) > 1 else "")
+                self.sweep_notes.append(f"{where} after {format_size_short(series.points[-1][0])} (about {format_seconds(cost)})")
+                return None
+        cell = self._cell(collective, axis, size, dtype)
+        if not cell.skipped and cell.median_s:
+            series.points.append((cell.size_bytes, cell.median_s))
+            series.figures = [self._figure(cell)]  # the largest measured size is the one compared across hosts
+        return cell
+
+    def sweep_note(self) -> str | None:
+        if not self.sweep_notes:
+            return None
+        return (
+            f"the default sweep stops a collective where its next cell would take over {self.opts.cell_cap_s:g} s: "
+            f"{'; '.join(self.sweep_notes)}; --sizes measures any size"
+        )
+
+    def _pairs(self, axis: m.MeshAxis, dtype: str, size: int) -> None:
+        """ppermute between every ordered pair of the axis, alone: one link at a time (a link matrix)."""
+        named = axis.groups == 1  # one group: a pair is two devices; several: the same pair in every group at once
+        for i in range(axis.size):
+            for j in range(axis.size):
+                if i == j:
+                    continue
+                src = axis.first_group[i] if named else f"{axis.name}[{i}]"
+                dst = axis.first_group[j] if named else f"{axis.name}[{j}]"
+                cell = self._cell("ppermute-pair", axis, size, dtype, pair=(i, j), src=src, dst=dst)
+                emit("cell", **to_jsonable(cell))
+
+    def _cell(self, collective: str, axis: m.MeshAxis, size: int, dtype: str, *, pair=None, src=None, dst=None) -> m.CollectiveCell:
+        n = 2 if pair is not None else axis.size
+        itemsize = self.np.dtype(_np_dtype(self.np, dtype)).itemsize
+        local_elements, measured = elements("ppermute" if pair else collective, size, axis.size, itemsize)
+        what = {"collective": collective, "axis": axis.name, "ranks": n, "size_bytes": max(measured, 1), "dtype": dtype, "src": src, "dst": dst}
+        note = None if measured == size else f"rounded down to {measured} bytes, whole elements in each of {axis.size} pieces"
+        if local_elements < 1:
+            return m.CollectiveCell(**what, skipped=True, note=f"skipped: {format_size_short(size)} is less than one {dtype} element per device")
+        why = self.agreement.agree(self._cannot_fit(collective, measured, axis.size))
+        if why:
+            return m.CollectiveCell(**what, skipped=True, note=why)
+        assert self.layout is not None  # resolve() made it
+        x = compiled = None
+        try:
+            x = make_input(self.jax, self.layout, local_elements, dtype)
+            t0 = time.perf_counter()
+            compiled = compiled_collective(self.jax, self.layout, "ppermute-pair" if pair else collective, axis.name, axis.size, x, pair)
+            compile_s = time.perf_counter() - t0
+            samples = self._time(compiled, x)
+        except Exception as e:  # an out-of-memory or a backend refusal costs this cell, not the run
+            return m.CollectiveCell(**what, skipped=True, note=_failure_note(e))
+        finally:
+            del x, compiled
+            gc.collect()  # free this cell's buffers before the next one allocates
+        stats = sample_stats(samples)
+        algbw, busbw = m.bandwidths(collective, measured, n, stats["median_s"])
+        return m.CollectiveCell(**what, samples=len(samples), **stats, algbw_gbps=algbw, busbw_gbps=busbw, compile_s=round(compile_s, 6), note=note)
+
+    def _cannot_fit(self, collective: str, size: int, n: int) -> str | None:
+        per_device = int((m.input_bytes(collective, size, n) + m.output_bytes(collective, size, n)) * MEMORY_FACTOR)
+        local = [d for d in self.devices if getattr(d, "process_index", 0) == self.agreement.me]  # this process's own
+        if local and local[0].platform == "cpu":
+            need = per_device * len(local)  # forced CPU devices all live in host memory
+            avail = host_available_bytes()
+            if avail is not None and need > avail * HOST_SHARE:
+                return f"skipped: needs about {format_bytes(need)} of host memory, {format_bytes(avail)} available"
+            return None
+        for d in local:
+            free = device_free_bytes(d)
+            if free is not None and per_device > free:
+                return f"skipped: needs about {format_bytes(per_device)} on {device_name(d)}, {format_bytes(free)} free"
+        return None
+
+    def _time(self, compiled, x) -> list[float]:
+        """Warm-ups, then a number of timed calls agreed by every process: --repeats at least, more while the
+        --budget lasts (from the last warm-up's time), at most MAX_SAMPLES."""
+        opts = self.opts
+        warm_s = None
+        for _ in range(opts.warmups):
+            t0 = time.perf_counter()
+            compiled(x).block_until_ready()
+            warm_s = time.perf_counter() - t0
+        count = opts.repeats
+        if warm_s:
+            count = max(opts.repeats, min(MAX_SAMPLES, int(opts.budget_s / warm_s)))
+        count = int(self.agreement.agree(count))
+        emit("tick", samples=0)
+        samples: list[float] = []
+        last_beat = time.perf_counter()
+        gc.disable()  # a collection inside a timed call would be charged to the collective
+        try:
+            for _ in range(count):
+                t0 = time.perf_counter_ns()
+                out = compiled(x)
+                out.block_until_ready()
+                t1 = time.perf_counter_ns()
+                del out
+                samples.append((t1 - t0) / 1e9)
+                now = time.perf_counter()
+                if now - last_beat >= HEARTBEAT_S:
+                    emit("tick", samples=len(samples))
+                    last_beat = now
+        finally:
+            gc.enable()
+        return samples
+
+    def _figure(self, cell: m.CollectiveCell) -> dict:
+        return {k: getattr(cell, k) for k in ("collective", "axis", "size_bytes", "dtype", "median_s", "busbw_gbps")}
+
+    def _environment(self) -> dict:
+        jax = self.jax
+        first = self.devices[0]
+        _, where = import_shard_map()
+        return {
+            "python": platform.python_version(),
+            "jax": jax.__version__,
+            "jaxlib": dist_version("jaxlib"),
+            "backend": getattr(getattr(first, "client", None), "platform", None) or first.platform,
+            "hostname": platform.node(),
+            "cpu_count": os.cpu_count(),
+            "xla_flags": os.environ.get("XLA_FLAGS"),
+            "shard_map": where,
+            "device_kind": first.device_kind,
+            "process_count": self.processes,
+            "process_index": self.agreement.me,
+            "repeats": self.opts.repeats,
+            "warmups": self.opts.warmups,
+            "budget_s": self.opts.budget_s,
+            "quick": self.opts.quick,
+        }
+
+
+def _np_dtype(np, name: str):
+    if name == "bfloat16":
+        import ml_dtypes  # jax's own dependency: numpy has no bfloat16
+
+        return ml_dtypes.bfloat16
+    return np.dtype(name)
+
+
+def _failure_note(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    first = text.split(". ")[0][:200]
+    if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower():
+        return f"skipped: out of memory ({first})"
+    return f"failed: {type(e).__name__}: {first}"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+if __name__ == "__main__":
+    code = main()
+    # Leave as the other probes do: past the runtimes' exit-time destructors (some hang or abort), and past
+    # JAX's atexit shutdown, which would wait for peers that may be gone.
+    sys.stdout.flush()
+    release_runtime()
+    os._exit(code)

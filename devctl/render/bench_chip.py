@@ -1,0 +1,132 @@
+"""What the `bench memory` and `bench matmul` views share: the per-device comparison table (each device's best
+figure against its roof and its peers), the straggler and roof lines, and the progress bar on stderr."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+from devctl.model.bench_chip import Comparison
+from devctl.units import format_seconds
+
+
+def spread(p10_s: float | None, p90_s: float | None) -> str:
+    if p10_s is None or p90_s is None:
+        return "-"
+    return f"{format_seconds(p10_s)} – {format_seconds(p90_s)}"
+
+
+def figure(value: float | None) -> str:
+    """GB/s or TFLOP/s as people read them: 2905, 51.2, 0.142 (never 2.9e+03)."""
+    if value is None:
+        return "-"
+    return f"{value:.{digits(value)}f}" if value >= 10 else f"{value:.3g}"
+
+
+def digits(value: float | None) -> int:
+    """Decimals that keep three significant figures for a figure of this size (at least none)."""
+    if not value or value >= 100:
+        return 0
+    if value >= 10:
+        return 1
+    return 3 if value < 1 else 2
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
+
+
+def signed_pct(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "0%" if round(value) == 0 else f"{value:+.0f}%"
+
+
+def comparison_table(comp: Comparison, title: str, size_text: Callable[[int], str]) -> list:
+    """One row per device: its best median figure, the size it came at, its % of roof, its fastest call and how its
+    figure stands against the median of every device's."""
+    from devctl.render.console import Column, table_lines
+
+    columns = [
+        Column("device"),
+        Column("kind", priority=2),
+        Column(comp.unit, "right"),
+        Column("at", "right", priority=1),
+        Column("% of roof", "right", short="% roof"),
+        Column("fastest", "right", priority=3, detail=False),  # the rule's second look; --json has it
+        Column("vs median", "right", short="vs med"),
+        Column("verdict"),
+    ]
+    rows = []
+    for f in comp.figures:
+        verdict = "STRAGGLER" if f.straggler else ("not measured" if f.value is None else "ok")
+        if len(comp.figures) < 2 and f.value is not None:
+            verdict = "no peers"
+        rows.append([f.device, f.device_kind, figure(f.value), size_text(f.size) if f.size else "-", pct(f.pct_of_roof),
+                     figure(f.fastest), signed_pct(f.vs_median_pct), verdict])  # fmt: skip
+    return table_lines(columns, rows, title=title)
+
+
+def comparison_lines(comp: Comparison, what: str) -> list[str]:
+    """Prose: the roof (or why none), the median, the stragglers by name, the rule."""
+    lines = []
+    if comp.roof_name:
+        lines.append(f"Roof, {what}: {comp.roof_name} ({comp.roof_source})")
+    elif comp.roof_reason:
+        lines.append(f"Roof, {what}: none; {comp.roof_reason}")
+    measured = [f for f in comp.figures if f.value is not None]
+    if len(measured) < 2:
+        lines.append(f"Stragglers, {what}: {len(measured)} device measured, no peers to compare with")
+        return lines
+    if comp.stragglers:
+        named = "; ".join(s.describe(comp.unit, digits=digits(comp.median)) for s in comp.stragglers)
+        lines.append(f"STRAGGLER, {what}: {named}")
+    else:
+        spread_pct = max(abs(f.vs_median_pct or 0) for f in measured)
+        lines.append(
+            f"Stragglers, {what}: none; {len(measured)} devices, median {figure(comp.median)} {comp.unit}, "
+            f"the furthest {spread_pct:.0f}% from it"
+        )
+    lines.append(f"Rule: {comp.rule}")
+    return lines
+
+
+class Progress:
+    """A progress bar on stderr while cells complete, only when stderr is a terminal."""
+
+    def __init__(self, label: Callable[[dict], str]):
+        self._label = label
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Progress:
+        if sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
+
+            from devctl.render.console import err
+
+            self._bar = Bar(
+                TextColumn("{task.description}", markup=False),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err(),
+                transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("starting jax", total=None)
+        return self
+
+    def on_event(self, event: dict) -> None:
+        if self._bar is None:
+            return
+        kind = event.get("event")
+        if kind == "plan":
+            self._bar.update(self._task, total=event.get("cells"), description="measuring")
+        elif kind == "cell":
+            self._bar.update(self._task, advance=1, description=self._label(event))
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()

@@ -1,0 +1,238 @@
+"""`devctl bench collective` output: a table, the --all-pairs link matrices, a bus-bandwidth chart, and the mesh,
+latencies, roofs and stragglers in prose.
+
+At 80 columns the table keeps what a reader compares (collective, axis, size, time, algbw, busbw, % of roof):
+the p10-p90 spread and the sample count give way first (they stay in --json and --csv), then a note goes on a
+line under its row. An axis or dtype shared by every row is said once above the table. Off a terminal every
+table is whole, one row per line.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from devctl.model.bench_collective import CollectiveCell, CollectiveReport
+from devctl.units import format_seconds, format_size_short
+
+BAR_WIDTH = 32
+
+
+def collective_text(report: CollectiveReport) -> None:
+    from devctl.render.console import out, print_lines, say
+
+    rows = [c for c in report.results if c.collective != "ppermute-pair"]
+    if rows:
+        print_lines(_results_table(rows))
+    for matrix in _pair_matrices(report.results):
+        out().print()
+        print_lines(matrix)
+    chart = chart_lines(rows)
+    if chart:
+        out().print()
+        print_lines(chart)
+    out().print()
+    for line in summary_lines(report):
+        say(line, hang="  ")
+
+
+def _gbps(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _busbw(c: CollectiveCell) -> str:
+    if c.skipped:
+        return "skipped"
+    return _gbps(c.busbw_gbps)
+
+
+def _pct(c: CollectiveCell) -> str:
+    return "-" if c.pct_of_roof is None else f"{c.pct_of_roof:.0f}%"
+
+
+def _spread(c: CollectiveCell) -> str:
+    if c.p10_s is None or c.p90_s is None:
+        return "-"
+    return f"{format_seconds(c.p10_s)} – {format_seconds(c.p90_s)}"
+
+
+def _results_table(cells: list[CollectiveCell]) -> list:
+    from devctl.render.bench import _table  # one rule for when a table is boxed, shared with bench transfer
+    from devctl.render.console import Column
+
+    columns = [
+        Column("collective"),
+        Column("axis"),
+        Column("dtype", priority=5),
+        Column("size", "right"),
+        Column("time", "right"),  # the median call: a latency at small sizes
+        Column("p10 – p90", "right", priority=4, detail=False),  # the spread: in --json and --csv
+        Column("samples", "right", priority=6, detail=False),
+        Column("algbw", "right", priority=2, detail=False),  # GB/s; busbw and the size say it too
+        Column("busbw", "right"),
+        Column("% roof", "right", priority=1),
+        Column("note", priority=3),
+    ]
+    rows = [
+        [
+            c.collective, f"{c.axis} ({c.ranks})", c.dtype, format_size_short(c.size_bytes), format_seconds(c.median_s),
+            _spread(c), str(c.samples or "-"), _gbps(c.algbw_gbps), _busbw(c), _pct(c), c.note or "",
+        ]
+        for c in cells
+    ]  # fmt: skip
+    return _table(columns, rows, "devctl bench collective (GB/s, decimal)")
+
+
+def _pair_groups(cells) -> dict:
+    groups: dict = {}
+    for c in cells:
+        if c.collective == "ppermute-pair":
+            groups.setdefault((c.axis, c.size_bytes, c.dtype), []).append(c)
+    return groups
+
+
+def _pair_matrices(cells) -> list[list]:
+    from devctl.render.bench import _table
+    from devctl.render.console import Column
+
+    out = []
+    for (axis, size, dtype), group in _pair_groups(cells).items():
+        names = list(dict.fromkeys([c.src for c in group] + [c.dst for c in group]))
+        by_pair = {(c.src, c.dst): c for c in group}
+        # On a narrow terminal a destination is headed by its id alone; the rows still name each device.
+        columns = [Column("")] + [Column(str(d), "right", short=str(d).partition(":")[2] or None) for d in names]
+        rows = [[s, *[(_busbw(by_pair[(s, d)]) if (s, d) in by_pair else "") for d in names]] for s in names]
+        title = f"ppermute GB/s on axis {axis} at {format_size_short(size)} {dtype}, source (rows) → destination (columns)"
+        out.append(_table(columns, rows, title))
+    return out
+
+
+def chart_lines(cells, width: int | None = None) -> list[str]:
+    """Bus bandwidth against size, one block of bars per collective and axis, `width` cells wide at most."""
+    from devctl.render.bench import bar
+    from devctl.render.console import out, wrap
+
+    width = out().width if width is None else width
+    series: dict = {}
+    for c in cells:
+        series.setdefault((c.collective, c.axis, c.ranks, c.dtype), []).append(c)
+    series = {k: v for k, v in series.items() if len(v) >= 2 and any(c.busbw_gbps for c in v)}
+    top = max((c.busbw_gbps for v in series.values() for c in v if c.busbw_gbps), default=None)
+    if not series or not top:
+        return []
+    bar_width = max(min(BAR_WIDTH, width - 18), 4)  # "  256M │" before the bar, " 123" after it
+    dtypes = {k[3] for k in series}
+    lines = wrap(f"Bus bandwidth against size (GB/s; a full bar is {top:.3g} GB/s)", width, hang="  ")
+    for (collective, axis, ranks, dtype), group in series.items():
+        lines += wrap(f"{collective} on {axis} ({ranks})" + (f" {dtype}" if len(dtypes) > 1 else ""), width, hang="  ")
+        for c in sorted(group, key=lambda c: c.size_bytes):
+            label = format_size_short(c.size_bytes).rjust(6)
+            if c.busbw_gbps is None:
+                lines.append(f"{label} │ {_busbw(c)}")
+                continue
+            lines.append(f"{label} │{bar(c.busbw_gbps / top, bar_width)} {c.busbw_gbps:.3g}".rstrip())
+    return lines
+
+
+def summary_lines(report: CollectiveReport) -> list[str]:
+    """The mesh, each collective's latency and best bus bandwidth, the roof, the stragglers and the notes."""
+    lines = []
+    for a in report.axes:
+        groups = f", {a.groups} groups at once" if a.groups > 1 else ""
+        lines.append(f"Axis {a.name}: {a.size} devices ({', '.join(a.first_group)}{groups}), {a.scope}")
+    measured = [c for c in report.results if not c.skipped and c.median_s and c.collective != "ppermute-pair"]
+    for axis in dict.fromkeys(c.axis for c in measured):
+        on_axis = [c for c in measured if c.axis == axis]
+        smallest = min(c.size_bytes for c in on_axis)
+        latency = [f"{c.collective} {format_seconds(c.median_s)}" for c in on_axis if c.size_bytes == smallest and c.latency]
+        if latency:
+            lines.append(f"Latency on {axis} (median at {format_size_short(smallest)}): {', '.join(latency)}")
+        best = []
+        for name in dict.fromkeys(c.collective for c in on_axis):
+            top = max((c for c in on_axis if c.collective == name), key=lambda c: c.busbw_gbps or 0)
+            pct = f", {top.pct_of_roof:.0f}% of the link peak" if top.pct_of_roof is not None else ""
+            best.append(f"{name} {_gbps(top.busbw_gbps)} at {format_size_short(top.size_bytes)}{pct}")
+        lines.append(f"Best busbw on {axis}: {'; '.join(best)}")
+    roofs = {c.roof_gbps for c in report.results if c.roof_gbps}
+    if roofs:
+        lines.append(f"Roof: {max(roofs):.3g} GB/s per device, one direction, over all its links (the published link bandwidth)")
+    env = report.environment
+    if env.get("roof_note"):
+        lines.append(f"Roof: {env['roof_note']}")
+    lines += straggler_lines(report)
+    if env.get("sweep_note"):
+        lines.append(f"Note: {env['sweep_note']}")
+    lines.append(
+        "Note: busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather, reduce-scatter and all-to-all, x 1 for ppermute (nccl-tests)"
+    )
+    return lines
+
+
+def straggler_lines(report: CollectiveReport) -> list[str]:
+    lines = []
+    for s in report.stragglers:
+        what = "link" if s.kind == "link" else "host"
+        lines.append(
+            f"Straggler {what}: {s.name} {s.gbps:.3g} GB/s, {s.deviation_pct:.0f}% below the median {s.median_gbps:.3g} GB/s "
+            f"({s.collective} on {s.axis} at {format_size_short(s.size_bytes)})"
+        )
+    links = {(c.src, c.dst) for c in report.results if c.collective == "ppermute-pair" and not c.skipped}
+    if links and not any(s.kind == "link" for s in report.stragglers):
+        lines.append(f"Stragglers: none among {len(links)} links (none further below the median than 10% or 3 robust deviations)")
+    processes = {h.process_index for h in report.hosts}
+    if len(processes) > 1 and not any(s.kind == "host" for s in report.stragglers):
+        lines.append(f"Stragglers: none among {len(processes)} processes (each process's own busbw at the largest size)")
+    return lines
+
+
+def csv_rows(report: CollectiveReport) -> tuple[list[str], list[list[Any]]]:
+    header = [
+        "collective", "axis", "ranks", "dtype", "size_bytes", "src", "dst", "samples", "min_s", "p10_s", "median_s",
+        "p90_s", "max_s", "algbw_gbps", "busbw_gbps", "roof_gbps", "pct_of_roof", "skipped", "note",
+    ]  # fmt: skip
+    rows = [[getattr(c, k) for k in header] for c in report.results]
+    return header, rows
+
+
+class Progress:
+    """A progress bar on stderr while cells complete, only when stderr is a terminal."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Progress:
+        if sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
+
+            from devctl.render.console import err
+
+            self._bar = Bar(
+                TextColumn("{task.description}", markup=False),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err(),
+                transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("starting jax", total=None)
+        return self
+
+    def on_event(self, event: dict) -> None:
+        if self._bar is None:
+            return
+        kind = event.get("event")
+        if kind == "joined":
+            self._bar.update(self._task, description=f"joined as process {event.get('process_index')}")
+        elif kind == "plan":
+            self._bar.update(self._task, total=event.get("cells"), description="measuring")
+        elif kind == "cell":
+            size = event.get("size_bytes")
+            label = f"{event.get('collective')} {event.get('axis')} {format_size_short(size) if isinstance(size, int) else '?'}"
+            self._bar.update(self._task, advance=1, description=label)
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()

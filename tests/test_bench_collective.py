@@ -1,0 +1,205 @@
+"""`devctl bench collective` against real CPU JAX with 4 forced devices (and 2 processes on 127.0.0.1), run as a
+user runs it; the bus-bandwidth rule and the straggler assembly tested in-process against hand-computed values."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
+from test_distributed import finish, free_port
+
+from devctl.model import bench_collective as m
+
+KIB, MIB = 1 << 10, 1 << 20
+SMALL = ("--sizes", "4K,64K", "--repeats", "3", "--warmups", "1", "--budget", "0.01")
+
+
+def cpu_env(devices: int = 4) -> dict[str, str]:
+    # CPU even on a GPU machine: these tests are about the method, not the hardware.
+    return devctl_env(devices, JAX_PLATFORMS="cpu")
+
+
+def bench(*args: str, env=None) -> dict:
+    doc = run_json("bench", "collective", *args, env=env or cpu_env())
+    validate_schema(doc, "bench.collective")
+    return doc
+
+
+def cells(doc: dict, **match) -> list[dict]:
+    return [c for c in doc["results"] if all(c[k] == v for k, v in match.items())]
+
+
+# ---- the bus-bandwidth rule, by hand -----------------------------------------------------------------
+
+
+def test_busbw_rule_matches_hand_computed_values():
+    # 256 MiB in 1 ms is 268.435456 GB/s of algbw, whatever the collective (nccl-tests: algbw = S / t).
+    S, t = 256 * MIB, 1e-3
+    assert m.bandwidths("all-reduce", S, 8, t) == pytest.approx((268.435456, 268.435456 * 14 / 8))  # 2(n-1)/n = 1.75
+    assert m.bandwidths("all-gather", S, 8, t) == pytest.approx((268.435456, 234.881024))  # (n-1)/n = 0.875
+    assert m.bandwidths("reduce-scatter", S, 4, t) == pytest.approx((268.435456, 201.326592))  # 0.75
+    assert m.bandwidths("all-to-all", S, 2, t) == pytest.approx((268.435456, 134.217728))  # 0.5
+    assert m.bandwidths("ppermute", S, 8, t) == pytest.approx((268.435456, 268.435456))  # point to point: x 1
+    assert m.bus_factor("all-reduce", 2) == 1.0 and m.bus_factor("all-reduce", 4) == 1.5
+    assert m.bandwidths("all-reduce", S, 8, None) == (None, None)
+    with pytest.raises(ValueError):
+        m.bus_factor("all-reduce", 1)
+
+
+def test_sizes_are_nccl_tests_sizes_per_rank():
+    # all-gather's S is its output (S/n goes in); reduce-scatter's is its input (S/n comes out).
+    assert (m.input_bytes("all-gather", 4 * MIB, 4), m.output_bytes("all-gather", 4 * MIB, 4)) == (MIB, 4 * MIB)
+    assert (m.input_bytes("reduce-scatter", 4 * MIB, 4), m.output_bytes("reduce-scatter", 4 * MIB, 4)) == (4 * MIB, MIB)
+    assert (m.input_bytes("all-reduce", 4 * MIB, 4), m.output_bytes("all-reduce", 4 * MIB, 4)) == (4 * MIB, 4 * MIB)
+    from devctl.probe.collective_ops import elements
+
+    assert elements("all-gather", 4 * KIB, 4, 4) == (256, 4 * KIB)
+    assert elements("all-to-all", 1000, 3, 4) == (249, 996)  # whole float32 elements in each of 3 pieces
+    assert elements("ppermute", 1001, 3, 4) == (250, 1000)
+
+
+def test_link_and_host_stragglers_are_named():
+    from devctl.collect.bench_collective import host_stragglers, link_stragglers
+
+    pairs = []
+    for i in range(4):
+        for j in range(4):
+            if i != j:
+                median = 1e-3 * (2.0 if (i, j) == (2, 0) else 1.0)  # one link at half the speed of the others
+                alg, bus = m.bandwidths("ppermute", MIB, 2, median)
+                pairs.append(m.CollectiveCell("ppermute-pair", "devices", 2, MIB, "float32", f"cpu:{i}", f"cpu:{j}",
+                                              samples=5, median_s=median, algbw_gbps=alg, busbw_gbps=bus))  # fmt: skip
+    found = link_stragglers(tuple(pairs))
+    assert [(s.kind, s.name) for s in found] == [("link", "cpu:2->cpu:0")]
+    assert found[0].gbps == pytest.approx(MIB / 2e-3 / 1e9) and found[0].deviation_pct == pytest.approx(50)
+    hosts = tuple(m.HostFigure(i, f"h{i}", "all-reduce", "hosts", MIB, "float32", 1e-3, gbps) for i, gbps in enumerate((10.0, 10.2, 4.0, 9.9)))
+    assert [s.name for s in host_stragglers(hosts)] == ["process 2 (h2)"]
+
+
+# ---- real runs ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mesh_run() -> dict:
+    return bench(*SMALL, "--mesh", "data=2,model=2", "--all-pairs")
+
+
+def test_every_collective_on_each_named_axis(mesh_run):
+    doc = mesh_run
+    assert doc["schema"] == "devctl.bench.collective/1"
+    assert [(a["name"], a["size"], a["groups"], a["scope"]) for a in doc["axes"]] == [
+        ("data", 2, 2, "intra-host"), ("model", 2, 2, "intra-host"),
+    ]  # fmt: skip
+    for axis in ("data", "model"):
+        for name in m.COLLECTIVES:
+            found = cells(doc, collective=name, axis=axis)
+            assert [c["size_bytes"] for c in found] == [4 * KIB, 64 * KIB], (axis, name)
+            for c in found:
+                assert not c["skipped"] and c["samples"] >= 3 and c["ranks"] == 2
+                assert c["min_s"] <= c["p10_s"] <= c["median_s"] <= c["p90_s"] <= c["max_s"]
+                # The report's own figures obey the rule: algbw from the median, busbw by the factor.
+                assert c["algbw_gbps"] == pytest.approx(c["size_bytes"] / c["median_s"] / 1e9)
+                assert c["busbw_gbps"] == pytest.approx(c["algbw_gbps"] * m.bus_factor(name, 2))
+                assert c["roof_gbps"] is None and c["compile_s"] > 0
+    env = doc["environment"]
+    assert env["process_count"] == 1 and env["shard_map"] in ("jax.shard_map", "jax.experimental.shard_map")
+    assert "no published peak" in env["roof_note"] and "CPU" in env["roof_note"]
+
+
+def test_all_pairs_measures_every_ordered_pair_of_each_axis(mesh_run):
+    pairs = cells(mesh_run, collective="ppermute-pair")
+    # Two axes of 2: (0 -> 1) and (1 -> 0) on each, run by both groups at once, so named by axis index.
+    assert sorted((c["axis"], c["src"], c["dst"]) for c in pairs) == [
+        ("data", "data[0]", "data[1]"), ("data", "data[1]", "data[0]"),
+        ("model", "model[0]", "model[1]"), ("model", "model[1]", "model[0]"),
+    ]  # fmt: skip
+    assert all(c["size_bytes"] == 64 * KIB and c["busbw_gbps"] == c["algbw_gbps"] for c in pairs)
+
+
+def test_table_fits_and_csv_has_a_row_per_cell():
+    env = cpu_env()
+    proc = run_devctl("bench", "collective", *SMALL, "-c", "all-reduce,ppermute", "--all-pairs", env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "devctl bench collective" in out and "Bus bandwidth against size" in out
+    assert "ppermute GB/s on axis devices" in out  # the 4 x 4 link matrix
+    assert "Stragglers: none among 12 links" in out or "Straggler link:" in out
+    assert "Latency on devices (median at 4K)" in out and "\x1b[" not in out
+    proc = run_devctl("bench", "collective", *SMALL, "-c", "all-gather", "--dtype", "bfloat16,int8", "--csv", env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+    assert [(r["dtype"], r["size_bytes"]) for r in rows] == [("bfloat16", "4096"), ("bfloat16", "65536"), ("int8", "4096"), ("int8", "65536")]
+    assert all(float(r["busbw_gbps"]) > 0 and r["collective"] == "all-gather" for r in rows)
+
+
+def test_quick_sweeps_two_sizes():
+    doc = bench("--quick", "-c", "all-reduce")
+    assert [c["size_bytes"] for c in doc["results"]] == list(m.QUICK_SIZES)
+    assert doc["environment"]["quick"] is True and doc["environment"]["repeats"] == m.QUICK_REPEATS
+
+
+# ---- bad input: one line, exit 2 -----------------------------------------------------------------------
+
+
+def test_unknown_collective_and_bad_mesh_syntax():
+    assert_usage_error(run_devctl("bench", "collective", "-c", "broadcast", env=cpu_env()), "--collective", "broadcast", "all-reduce")
+    assert_usage_error(run_devctl("bench", "collective", "--mesh", "data:2", env=cpu_env()), "--mesh", "NAME=SIZE")
+    assert_usage_error(run_devctl("bench", "collective", "--mesh", "a=2,a=2", env=cpu_env()), "twice")
+    assert_usage_error(run_devctl("bench", "collective", "--dtype", "complex64", env=cpu_env()), "--dtype", "float32")
+
+
+def test_mesh_that_does_not_multiply_to_the_device_count():
+    proc = run_devctl("bench", "collective", *SMALL, "--mesh", "data=3,model=2", env=cpu_env())
+    assert_usage_error(proc, "data=3,model=2", "6 devices", "there are 4")
+
+
+def test_one_device_has_nothing_to_measure():
+    proc = run_devctl("bench", "collective", "--quick", env=cpu_env(1))
+    assert_usage_error(proc, "one device here (cpu:0)", "at least 2 devices", "nothing to measure")
+
+
+# ---- --distributed: two processes on 127.0.0.1, gloo ---------------------------------------------------------
+
+
+def start_collective(index: int, n: int, port: int, *extra: str) -> subprocess.Popen:
+    argv = [
+        sys.executable, "-m", "devctl", "bench", "collective", "--distributed", "--coordinator", f"127.0.0.1:{port}",
+        "--num-processes", str(n), "--process-id", str(index), *extra,
+    ]  # fmt: skip
+    return subprocess.Popen(argv, env=cpu_env(2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_processes_measure_intra_and_inter_host_axes_apart():
+    port = free_port()
+    procs = [start_collective(i, 2, port, *SMALL, "-c", "all-reduce,ppermute", "--timeout", "30", "--json") for i in range(2)]
+    (rc0, out0, err0), (rc1, out1, err1) = finish(procs)
+    assert rc0 == 0, err0
+    assert rc1 == 0, err1
+    assert out1 == ""  # process 0 prints the cluster's figures
+    doc = json.loads(out0)
+    validate_schema(doc, "bench.collective")
+    assert doc["environment"]["process_count"] == 2 and len(doc["devices"]) == 4
+    axes = {a["name"]: (a["size"], a["groups"], a["scope"]) for a in doc["axes"]}
+    assert axes == {"hosts": (2, 2, "inter-host"), "local": (2, 2, "intra-host")}
+    for axis in ("hosts", "local"):
+        for name in ("all-reduce", "ppermute"):
+            found = cells(doc, collective=name, axis=axis)
+            assert len(found) == 2 and all(c["busbw_gbps"] > 0 for c in found), (axis, name)
+    # Each process's own timing of the largest size of every collective and axis, gathered on process 0.
+    assert sorted({h["process_index"] for h in doc["hosts"]}) == [0, 1]
+    assert {(h["collective"], h["axis"], h["size_bytes"]) for h in doc["hosts"]} == {
+        (c, a, 64 * KIB) for c in ("all-reduce", "ppermute") for a in ("hosts", "local")
+    }
+
+
+def test_a_process_alone_is_told_its_peers_never_joined():
+    proc = start_collective(0, 2, free_port(), "--quick", "--timeout", "2")
+    ((rc, out, err),) = finish([proc])
+    assert rc == 1 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "not every process joined" in lines[0] and "Traceback" not in err
