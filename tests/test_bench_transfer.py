@@ -381,7 +381,9 @@ def test_a_faster_tight_baseline_fails_naming_each_cell_and_how_far_past_its_noi
     gate = doc["gate"]
     assert gate["passed"] is False and gate["max_regression_pct"] == 10 and len(gate["regressions"]) == GATED
     for r in gate["regressions"]:
-        assert r["size_bytes"] == 64 * MIB and r["change_pct"] == pytest.approx(-75, abs=15)
+        # Not -75% exactly: the baseline and this run are separate processes, whose 64M cells can land in
+        # different page-fault modes on a VM (benchmarks/README.md); a 4x faster baseline still shows a clear drop.
+        assert r["size_bytes"] == 64 * MIB and r["change_pct"] < -10
         assert r["beyond_noise_pct"] == pytest.approx(-r["change_pct"] - r["noise_pct"]) and r["beyond_noise_pct"] > 10
 
 

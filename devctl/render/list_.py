@@ -42,8 +42,8 @@ def render_inventory(inv) -> None:
 
     quiet = [b for b in inv.backends if b.skipped_quietly]
     if quiet:
-        say("; ".join(_QUIET_NAMES.get(b.platform, f"no {b.platform}") for b in quiet)
-            + f" here (JAX skips the {', '.join(b.platform for b in quiet)} backend{'s' if len(quiet) > 1 else ''})")  # fmt: skip
+        say(" and ".join(_QUIET_NAMES.get(b.platform, f"no {b.platform}") for b in quiet)
+            + f" here (JAX skips the {' and '.join(b.platform for b in quiet)} backend{'s' if len(quiet) > 1 else ''})")  # fmt: skip
     bad = [b for b in inv.backends if b.status is not BackendStatus.OK and not b.skipped_quietly]
     if bad:
         columns = [
