@@ -94,9 +94,10 @@ def collective(
             "process_id": cluster.process_id, "timeout_s": timeout_s,
         })  # fmt: skip
     from devctl.collect.bench_collective import run_collective
-    from devctl.render.bench_collective import Progress
+    from devctl.render.bench import Progress
+    from devctl.render.bench_collective import progress_label
 
-    with Progress() as progress:
+    with Progress(progress_label) as progress:
         report = run_collective(opts, timeout_s, on_event=progress.on_event)
     if cluster is not None and not all_print and report.environment.get("process_index", 0) != 0:
         return  # process 0 prints the cluster's figures

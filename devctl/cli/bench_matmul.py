@@ -68,7 +68,7 @@ def matmul(
     timeout_s = check_timeout(timeout)
     from devctl.collect.bench_matmul import run_matmul
     from devctl.render import emit
-    from devctl.render.bench_chip import Progress
+    from devctl.render.bench import Progress
     from devctl.render.bench_matmul import progress_label
 
     with Progress(progress_label) as progress:

@@ -57,7 +57,7 @@ def memory(
     timeout_s = check_timeout(timeout)
     from devctl.collect.bench_memory import run_memory
     from devctl.render import emit
-    from devctl.render.bench_chip import Progress
+    from devctl.render.bench import Progress
     from devctl.render.bench_memory import progress_label
 
     with Progress(progress_label) as progress:

@@ -10,6 +10,7 @@ whole, one row per line.
 from __future__ import annotations
 
 import sys
+from typing import Any, Callable
 
 from devctl.model.bench import Cell, Gate, TransferReport, above_roof
 from devctl.units import format_seconds, format_size_short
@@ -323,25 +324,24 @@ def roof_lines(report: TransferReport) -> list[str]:
 
 
 class Progress:
-    """A progress bar on stderr while cells complete, only when stderr is a terminal."""
+    """A progress bar on stderr while cells complete, only when stderr is a terminal; every bench command's.
 
-    def __init__(self):
-        self._bar = None
-        self._task = None
+    `label` names a finished cell from its event (the default: bench transfer's direction, variant and size).
+    """
+
+    def __init__(self, label: Callable[[dict], str] | None = None):
+        self._label = label or _transfer_label
+        self._bar: Any = None
+        self._task: Any = None
 
     def __enter__(self) -> Progress:
         if sys.stderr.isatty():
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
 
             from devctl.render.console import err
 
-            self._bar = Progress(
+            self._bar = Bar(
                 TextColumn("{task.description}", markup=False),  # the label carries device and variant names
                 BarColumn(),
                 MofNCompleteColumn(),
@@ -357,15 +357,20 @@ class Progress:
         if self._bar is None:
             return
         kind = event.get("event")
-        if kind == "plan":
+        if kind == "joined":  # --distributed: this process is in the cluster
+            self._bar.update(self._task, description=f"joined as process {event.get('process_index')}")
+        elif kind == "plan":
             self._bar.update(self._task, total=event.get("cells"), description="measuring")
         elif kind == "cell":
-            label = f"{event.get('direction')} {event.get('variant')} {_short(event.get('size_bytes'))}"
-            self._bar.update(self._task, advance=1, description=label)
+            self._bar.update(self._task, advance=1, description=self._label(event))
 
     def __exit__(self, *exc) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+
+def _transfer_label(event: dict) -> str:
+    return f"{event.get('direction')} {event.get('variant')} {_short(event.get('size_bytes'))}"
 
 
 def _short(n) -> str:

@@ -3,8 +3,7 @@ figure against its roof and its peers), the straggler and roof lines, and the pr
 
 from __future__ import annotations
 
-import sys
-from typing import Any, Callable
+from typing import Callable
 
 from devctl.model.bench_chip import Comparison
 from devctl.units import format_seconds
@@ -91,42 +90,3 @@ def comparison_lines(comp: Comparison, what: str) -> list[str]:
     return lines
 
 
-class Progress:
-    """A progress bar on stderr while cells complete, only when stderr is a terminal."""
-
-    def __init__(self, label: Callable[[dict], str]):
-        self._label = label
-        self._bar: Any = None
-        self._task: Any = None
-
-    def __enter__(self) -> Progress:
-        if sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-            from rich.progress import Progress as Bar
-
-            from devctl.render.console import err
-
-            self._bar = Bar(
-                TextColumn("{task.description}", markup=False),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=err(),
-                transient=True,
-            )
-            self._bar.start()
-            self._task = self._bar.add_task("starting jax", total=None)
-        return self
-
-    def on_event(self, event: dict) -> None:
-        if self._bar is None:
-            return
-        kind = event.get("event")
-        if kind == "plan":
-            self._bar.update(self._task, total=event.get("cells"), description="measuring")
-        elif kind == "cell":
-            self._bar.update(self._task, advance=1, description=self._label(event))
-
-    def __exit__(self, *exc) -> None:
-        if self._bar is not None:
-            self._bar.stop()

@@ -9,7 +9,6 @@ table is whole, one row per line.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from devctl.model.bench_collective import CollectiveCell, CollectiveReport
@@ -194,45 +193,7 @@ def csv_rows(report: CollectiveReport) -> tuple[list[str], list[list[Any]]]:
     return header, rows
 
 
-class Progress:
-    """A progress bar on stderr while cells complete, only when stderr is a terminal."""
-
-    def __init__(self) -> None:
-        self._bar: Any = None
-        self._task: Any = None
-
-    def __enter__(self) -> Progress:
-        if sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-            from rich.progress import Progress as Bar
-
-            from devctl.render.console import err
-
-            self._bar = Bar(
-                TextColumn("{task.description}", markup=False),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=err(),
-                transient=True,
-            )
-            self._bar.start()
-            self._task = self._bar.add_task("starting jax", total=None)
-        return self
-
-    def on_event(self, event: dict) -> None:
-        if self._bar is None:
-            return
-        kind = event.get("event")
-        if kind == "joined":
-            self._bar.update(self._task, description=f"joined as process {event.get('process_index')}")
-        elif kind == "plan":
-            self._bar.update(self._task, total=event.get("cells"), description="measuring")
-        elif kind == "cell":
-            size = event.get("size_bytes")
-            label = f"{event.get('collective')} {event.get('axis')} {format_size_short(size) if isinstance(size, int) else '?'}"
-            self._bar.update(self._task, advance=1, description=label)
-
-    def __exit__(self, *exc) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+def progress_label(event: dict) -> str:
+    """A finished cell, as the progress bar (render.bench.Progress) names it."""
+    size = event.get("size_bytes")
+    return f"{event.get('collective')} {event.get('axis')} {format_size_short(size) if isinstance(size, int) else '?'}"
