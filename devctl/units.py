@@ -113,3 +113,19 @@ def percentile(sorted_values: list[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def figure(value: float | None) -> str:
+    """GB/s or TFLOP/s as people read them: 2905, 51.2, 0.142 (never 2.9e+03)."""
+    if value is None:
+        return "-"
+    return f"{value:.{digits(value)}f}" if value >= 10 else f"{value:.3g}"
+
+
+def digits(value: float | None) -> int:
+    """Decimals that keep three significant figures for a figure of this size (at least none)."""
+    if not value or value >= 100:
+        return 0
+    if value >= 10:
+        return 1
+    return 3 if value < 1 else 2

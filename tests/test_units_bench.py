@@ -570,9 +570,9 @@ def test_a_cell_at_or_below_its_roof_gets_its_percentage():
 def test_a_cell_above_its_roof_is_suspect_and_says_which_roof():
     pct, why = m.roof_verdict(17.7, "host_memcpy", 15.0)
     assert pct == pytest.approx(118.0) and m.above_roof(pct)
-    assert why is not None and "118% of the host's best memcpy (15 GB/s)" in why and "17.7 GB/s" in why
+    assert why is not None and "118% of the host's best memcpy (15.0 GB/s)" in why and "17.7 GB/s" in why
     pct, why = m.roof_verdict(64.0, "pcie", 63.0)
-    assert why is not None and "the PCIe link's peak (63 GB/s)" in why
+    assert why is not None and "the PCIe link's peak (63.0 GB/s)" in why
 
 
 def test_no_bandwidth_or_no_roof_is_neither_a_percentage_nor_suspect():
@@ -662,3 +662,10 @@ def test_a_pair_matrix_wider_than_the_terminal_comes_in_even_blocks(monkeypatch)
     titles = [line for line in lines if line.startswith("d2d put GB/s at 1G")]
     assert [t.rsplit(", ", 1)[1] for t in titles] == ["cuda:0 to cuda:7", "cuda:8 to cuda:15"]
     assert sum(line.startswith("cuda:15 ") for line in lines) == 2  # every source in each block
+
+
+def test_figures_read_as_people_write_them_never_in_exponent_notation():
+    from devctl.units import figure
+
+    # An H100's HBM (3350 GB/s), an NVLink (450), PCIe (25.6), a CPU's small transfers (0.142).
+    assert [figure(v) for v in (3350.4, 450.0, 25.63, 1.234, 0.1423, None)] == ["3350", "450", "25.6", "1.23", "0.142", "-"]

@@ -77,7 +77,7 @@ def stderr_line(text: str) -> None:
 
 def straggler_lines(comparisons, what: str) -> list[str]:
     """One stderr line per straggler: the device, its figure and the median, so a log names the slow device."""
-    from devctl.render.bench_chip import digits
+    from devctl.units import digits
 
     lines = []
     for comp in comparisons:

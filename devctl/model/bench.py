@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar, Iterable, Literal, TypedDict, cast,
 
 from devctl.model import from_dict, json_schema
 from devctl.model.devices import DeviceRef
+from devctl.units import figure
 
 SCHEMA = "devctl.bench.transfer/1"
 
@@ -176,7 +177,7 @@ def roof_verdict(gbps: float | None, roof: str | None, roof_gbps: float | None) 
         return pct, None
     name = ROOF_NAMES.get(roof or "", "its roof")
     return pct, (
-        f"{gbps:.3g} GB/s is {pct:.0f}% of {name} ({roof_gbps:.3g} GB/s), which no copy can beat: "
+        f"{figure(gbps)} GB/s is {pct:.0f}% of {name} ({figure(roof_gbps)} GB/s), which no copy can beat: "
         "the machine was busier while the roof was measured, or the timing is off"
     )
 

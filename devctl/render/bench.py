@@ -13,7 +13,7 @@ import sys
 from typing import Any, Callable
 
 from devctl.model.bench import Cell, Gate, TransferReport, above_roof
-from devctl.units import format_seconds, format_size_short
+from devctl.units import figure, format_seconds, format_size_short
 
 BAR_WIDTH = 32
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -55,12 +55,12 @@ def gate_lines(gate: Gate) -> list[str]:
     for r in gate.regressions:
         cell = f"  {r.direction} {r.variant} {r.layout} {format_size_short(r.size_bytes)} {r.src}->{r.dst}: "
         if r.gbps is None or r.change_pct is None:
-            lines.append(cell + f"no bandwidth now (zero-copy or skipped), baseline {r.baseline_gbps:.3g} GB/s")
+            lines.append(cell + f"no bandwidth now (zero-copy or skipped), baseline {figure(r.baseline_gbps)} GB/s")
             continue
         noise = "" if r.noise_pct is None or r.beyond_noise_pct is None else (
             f" (noise band ±{r.noise_pct:.0f}%: {r.beyond_noise_pct:.0f} points beyond it)"
         )
-        lines.append(cell + f"{r.gbps:.3g} GB/s, {r.change_pct:+.0f}% vs {r.baseline_gbps:.3g} GB/s{noise}")
+        lines.append(cell + f"{figure(r.gbps)} GB/s, {r.change_pct:+.0f}% vs {figure(r.baseline_gbps)} GB/s{noise}")
     if gate.latency_bound:
         lines.append(f"{gate.latency_bound} latency-bound cells not gated; --gate-all-sizes gates them")
     if gate.one_size:
@@ -81,7 +81,7 @@ def _fmt_gbps(c: Cell) -> str:
         return "skipped"
     if c.zero_copy:
         return "zero-copy"
-    return "-" if c.gbps is None else f"{c.gbps:.3g}"
+    return figure(c.gbps)
 
 
 def _fmt_pct(c: Cell) -> str:
@@ -222,7 +222,7 @@ def chart_lines(cells, width: int | None = None) -> list[str]:
         return []
     # "  256M │" before the bar, " 0.0365 (suspect)" after it.
     bar_width = max(min(BAR_WIDTH, width - 26), 4)
-    lines = wrap(f"Bandwidth against size (GB/s; a full bar is {top:.3g} GB/s)", width, hang="  ")
+    lines = wrap(f"Bandwidth against size (GB/s; a full bar is {figure(top)} GB/s)", width, hang="  ")
     for (direction, variant, layout, src, dst), group in series.items():
         where = "" if layout == "single" else f" {layout}"
         lines += wrap(f"{direction} {variant}{where} {src} → {dst}", width, hang="  ")
@@ -232,7 +232,7 @@ def chart_lines(cells, width: int | None = None) -> list[str]:
                 lines.append(f"{label} │ {_fmt_gbps(c)}")
                 continue
             flag = " (suspect)" if c.suspect else ""
-            lines.append(f"{label} │{bar(c.gbps / top, bar_width)} {c.gbps:.3g}{flag}".rstrip())
+            lines.append(f"{label} │{bar(c.gbps / top, bar_width)} {figure(c.gbps)}{flag}".rstrip())
     return lines
 
 
@@ -259,10 +259,10 @@ def summary_lines(report: TransferReport) -> list[str]:
             continue
         roof = ""
         if above_roof(f.pct_of_roof):
-            roof = f", suspect: above {_roof_long(f.roof)} ({f.roof_gbps:.3g} GB/s)"
+            roof = f", suspect: above {_roof_long(f.roof)} ({figure(f.roof_gbps)} GB/s)"
         elif f.pct_of_roof is not None:
-            roof = f", {f.pct_of_roof:.0f}% of {_roof_long(f.roof)} ({f.roof_gbps:.3g} GB/s)"
-        lines.append(f"Fastest {f.direction}{where} at {size}: {f.variant}, {f.gbps:.3g} GB/s{roof}{zero}")
+            roof = f", {f.pct_of_roof:.0f}% of {_roof_long(f.roof)} ({figure(f.roof_gbps)} GB/s)"
+        lines.append(f"Fastest {f.direction}{where} at {size}: {f.variant}, {figure(f.gbps)} GB/s{roof}{zero}")
     lines += roof_lines(report)
     env = report.environment
     for key in ("sweep_note", "pairs_note"):
@@ -303,7 +303,7 @@ def roof_lines(report: TransferReport) -> list[str]:
     if memcpy:
         biggest = max(memcpy, key=lambda r: r.size_bytes)
         lines.append(
-            f"Roof, host memcpy: {biggest.gbps:.3g} GB/s at {format_size_short(biggest.size_bytes)} "
+            f"Roof, host memcpy: {figure(biggest.gbps)} GB/s at {format_size_short(biggest.size_bytes)} "
             f"(the best of {biggest.samples} one-thread copies)"
         )
     for link in report.roofs.pcie:
@@ -316,7 +316,7 @@ def roof_lines(report: TransferReport) -> list[str]:
             seen = f"; seen during the transfers: Gen{link.seen_gen} x{link.seen_width}, {state}"
         lines.append(
             f"Roof, PCIe {link.device} ({link.pci_bus_id}): Gen{link.max_gen} x{link.max_width} = "
-            f"{link.peak_gbps:.3g} GB/s per direction{seen}"
+            f"{figure(link.peak_gbps)} GB/s per direction{seen}"
         )
     if not report.roofs.pcie and report.roofs.pcie_reason:
         lines.append(f"Roof, PCIe: not measured ({report.roofs.pcie_reason})")

@@ -6,29 +6,13 @@ from __future__ import annotations
 from typing import Callable
 
 from devctl.model.bench_chip import Comparison
-from devctl.units import format_seconds
+from devctl.units import digits, figure, format_seconds
 
 
 def spread(p10_s: float | None, p90_s: float | None) -> str:
     if p10_s is None or p90_s is None:
         return "-"
     return f"{format_seconds(p10_s)} – {format_seconds(p90_s)}"
-
-
-def figure(value: float | None) -> str:
-    """GB/s or TFLOP/s as people read them: 2905, 51.2, 0.142 (never 2.9e+03)."""
-    if value is None:
-        return "-"
-    return f"{value:.{digits(value)}f}" if value >= 10 else f"{value:.3g}"
-
-
-def digits(value: float | None) -> int:
-    """Decimals that keep three significant figures for a figure of this size (at least none)."""
-    if not value or value >= 100:
-        return 0
-    if value >= 10:
-        return 1
-    return 3 if value < 1 else 2
 
 
 def pct(value: float | None) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.bench_collective import CollectiveCell, CollectiveReport
-from devctl.units import format_seconds, format_size_short
+from devctl.units import figure, format_seconds, format_size_short
 
 BAR_WIDTH = 32
 
@@ -36,7 +36,7 @@ def collective_text(report: CollectiveReport) -> None:
 
 
 def _gbps(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
+    return figure(value)
 
 
 def _busbw(c: CollectiveCell) -> str:
@@ -121,7 +121,7 @@ def chart_lines(cells, width: int | None = None) -> list[str]:
         return []
     bar_width = max(min(BAR_WIDTH, width - 18), 4)  # "  256M │" before the bar, " 123" after it
     dtypes = {k[3] for k in series}
-    lines = wrap(f"Bus bandwidth against size (GB/s; a full bar is {top:.3g} GB/s)", width, hang="  ")
+    lines = wrap(f"Bus bandwidth against size (GB/s; a full bar is {figure(top)} GB/s)", width, hang="  ")
     for (collective, axis, ranks, dtype), group in series.items():
         lines += wrap(f"{collective} on {axis} ({ranks})" + (f" {dtype}" if len(dtypes) > 1 else ""), width, hang="  ")
         for c in sorted(group, key=lambda c: c.size_bytes):
@@ -129,7 +129,7 @@ def chart_lines(cells, width: int | None = None) -> list[str]:
             if c.busbw_gbps is None:
                 lines.append(f"{label} │ {_busbw(c)}")
                 continue
-            lines.append(f"{label} │{bar(c.busbw_gbps / top, bar_width)} {c.busbw_gbps:.3g}".rstrip())
+            lines.append(f"{label} │{bar(c.busbw_gbps / top, bar_width)} {figure(c.busbw_gbps)}".rstrip())
     return lines
 
 
@@ -154,7 +154,7 @@ def summary_lines(report: CollectiveReport) -> list[str]:
         lines.append(f"Best busbw on {axis}: {'; '.join(best)}")
     roofs = {c.roof_gbps for c in report.results if c.roof_gbps}
     if roofs:
-        lines.append(f"Roof: {max(roofs):.3g} GB/s per device, one direction, over all its links (the published link bandwidth)")
+        lines.append(f"Roof: {figure(max(roofs))} GB/s per device, one direction, over all its links (the published link bandwidth)")
     env = report.environment
     if env.get("roof_note"):
         lines.append(f"Roof: {env['roof_note']}")
@@ -172,7 +172,7 @@ def straggler_lines(report: CollectiveReport) -> list[str]:
     for s in report.stragglers:
         what = "link" if s.kind == "link" else "host"
         lines.append(
-            f"Straggler {what}: {s.name} {s.gbps:.3g} GB/s, {s.deviation_pct:.0f}% below the median {s.median_gbps:.3g} GB/s "
+            f"Straggler {what}: {s.name} {figure(s.gbps)} GB/s, {s.deviation_pct:.0f}% below the median {figure(s.median_gbps)} GB/s "
             f"({s.collective} on {s.axis} at {format_size_short(s.size_bytes)})"
         )
     links = {(c.src, c.dst) for c in report.results if c.collective == "ppermute-pair" and not c.skipped}

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.bench_matmul import MatmulReport
-from devctl.render.bench_chip import comparison_lines, comparison_table, figure, pct, spread
-from devctl.units import format_seconds
+from devctl.render.bench_chip import comparison_lines, comparison_table, pct, spread
+from devctl.units import figure, format_seconds
 
 
 def matmul_text(report: MatmulReport) -> None:

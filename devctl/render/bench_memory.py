@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.bench_memory import MemoryReport
-from devctl.render.bench_chip import comparison_lines, comparison_table, figure, pct, spread
-from devctl.units import format_seconds, format_size_short
+from devctl.render.bench_chip import comparison_lines, comparison_table, pct, spread
+from devctl.units import figure, format_seconds, format_size_short
 
 
 def memory_text(report: MemoryReport) -> None:
