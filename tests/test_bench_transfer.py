@@ -354,6 +354,18 @@ def test_a_rerun_passes_against_its_own_baseline_judging_the_bandwidth_bound_cel
     assert f"{GATE_CELLS - GATED} latency-bound cells not gated; --gate-all-sizes gates them" in proc.stderr
 
 
+def test_a_repeated_baseline_pools_the_runs_and_the_same_file_twice_is_refused(tmp_path, baseline_doc):
+    (tmp_path / "second.json").write_text(json.dumps(baseline_doc))
+    proc = gate_run(tmp_path, baseline_doc, "--baseline", str(tmp_path / "second.json"), "--max-regression", "99%", "--json")
+    assert proc.returncode == 0, proc.stderr
+    gate = json.loads(proc.stdout)["gate"]
+    assert gate["baseline_runs"] == 2 and gate["baseline"].endswith("second.json") and gate["gated"] == GATED
+    assert "(2 runs pooled)" in proc.stderr
+    twice = gate_run(tmp_path, baseline_doc, "--baseline", str(tmp_path / "base.json"))
+    assert twice.returncode == 2 and "Traceback" not in twice.stderr
+    assert twice.stderr.strip().endswith("is given twice; pool different runs (each run's own --json result)"), twice.stderr
+
+
 def faster(doc: dict, factor: float) -> dict:
     """The baseline as if every path had been `factor` times faster, with almost no spread."""
     out = json.loads(json.dumps(doc))

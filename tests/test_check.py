@@ -55,9 +55,11 @@ def test_default_check_passes_on_a_cpu_runner_with_json_and_junit(tmp_path):
     assert list(checks) == list(CHECK_NAMES)
     assert {n: c["status"] for n, c in checks.items()} == {
         "versions": "pass", "plugins": "pass", "backends": "pass", "devices": "pass", "compute": "pass",
-        "transfer": "pass", "memory": "skip", "bandwidth": "pass", "nvml-health": "skip", "host": "pass",
-        "tpu": "skip", "env": "pass",
+        "transfer": "pass", "memory": "skip", "bandwidth": "pass", "memory-bw": "skip", "matmul": "skip", "busbw": "skip",
+        "stragglers": "skip", "nvml-health": "skip", "host": "pass", "tpu": "skip", "env": "pass",
     }  # fmt: skip
+    # The benchmarks run only when an expectation asks for them: a default check measures none of them.
+    assert "--min-tflops" in checks["matmul"]["message"] and not any(p.startswith("bench-") for p in doc["phases_s"])
     assert doc["status"] == "pass" and doc["expectations"]["platforms"] is None
     assert checks["compute"]["details"]["trials"] == 8  # matmul and sum on each of 4 devices
     assert checks["transfer"]["details"] == {"round_trips": 4, "pairs": 12, "size_bytes": (1 << 20) + 13}
@@ -68,7 +70,7 @@ def test_default_check_passes_on_a_cpu_runner_with_json_and_junit(tmp_path):
     suite = ET.parse(junit).getroot().find("testsuite")
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     assert list(cases) == list(CHECK_NAMES)
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("12", "0", "3")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("16", "0", "7")
     assert cases["memory"].find("skipped") is not None and cases["compute"].find("failure") is None
 
 
@@ -450,3 +452,81 @@ def test_memory_names_what_it_left_out_and_csv_has_every_row():
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
     assert [r["check"] for r in rows] == ["devices", "env"]
     assert all(r["status"] == "pass" and float(r["duration_s"]) >= 0 and r["hostname"] for r in rows), rows
+
+
+# ---- benchmark expectations (issue 14): the figures of bench memory, matmul and collective, judged --------------
+
+BENCH_CHECKS = "memory-bw,matmul,busbw,stragglers"
+
+
+def test_benchmark_expectations_pass_with_every_devices_figure_and_each_bench_run_once():
+    doc = run_json(
+        "check", "--only", BENCH_CHECKS, "--min-memory-bw", "1MB/s", "--min-tflops", "0.000001", "--min-busbw", "1MB/s",
+        "--stragglers", env=devctl_env(devices=4),
+    )  # fmt: skip
+    validate_schema(doc, "check")
+    checks = _by_name(doc)
+    assert {n: c["status"] for n, c in checks.items()} == {n: "pass" for n in BENCH_CHECKS.split(",")}, checks
+    devices = [f"cpu:{i}" for i in range(4)]
+    memory, matmul = checks["memory-bw"]["details"], checks["matmul"]["details"]
+    assert sorted(memory["figures"]) == devices and all(v > 0 for v in memory["figures"].values())
+    assert (memory["unit"], matmul["unit"]) == ("GB/s", "TFLOP/s")
+    assert checks["matmul"]["message"].startswith("f32 matmul 512x512: "), checks["matmul"]["message"]  # f32 on a CPU
+    assert checks["memory-bw"]["message"].startswith("memory copy at 256M: ") and "on 4 device(s)" in checks["memory-bw"]["message"]
+    busbw = checks["busbw"]["details"]
+    assert busbw["ranks"] == 4 and busbw["size_bytes"] == 16 << 20 and busbw["busbw_gbps"] > 0
+    # nccl-tests' rule: all-reduce busbw = algbw x 2(n-1)/n.
+    assert busbw["busbw_gbps"] == pytest.approx(busbw["algbw_gbps"] * 2 * 3 / 4)
+    # The stragglers check reads the same two benchmark runs as memory-bw and matmul: each ran once.
+    assert checks["stragglers"]["details"]["memory"]["figures"] == memory["figures"]
+    assert checks["stragglers"]["message"].startswith("no straggler among 4 devices"), checks["stragglers"]
+    assert {"bench-memory", "bench-matmul", "bench-collective"} <= set(doc["phases_s"]), doc["phases_s"]
+
+
+def test_unmet_benchmark_expectations_fail_naming_the_devices_and_without_them_nothing_is_measured():
+    proc = run_devctl(
+        "check", "--only", BENCH_CHECKS, "--min-memory-bw", "100000GB/s", "--min-tflops", "100000", "--min-busbw", "100000",
+        env=devctl_env(devices=4),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    text = " ".join(proc.stdout.split())  # the table wraps long results
+    assert "expected at least 100000 GB/s (--min-memory-bw)" in text and "(and 1 more)" in text, proc.stdout
+    assert "expected at least 100000 TFLOP/s (--min-tflops)" in text, proc.stdout
+    assert "busbw" in text and "expected at least 100000 GB/s (--min-busbw)" in text, proc.stdout
+    doc = run_json("check", "--only", BENCH_CHECKS, env=devctl_env(devices=2))
+    assert {c["name"]: c["status"] for c in doc["checks"]} == {n: "skip" for n in BENCH_CHECKS.split(",")}
+    assert not any(p.startswith("bench-") for p in doc["phases_s"]), doc["phases_s"]  # no expectation: not measured
+
+
+def test_a_collective_expectation_on_one_device_or_a_missing_gpu_fails_saying_why():
+    doc = run_json("check", "--only", "busbw", "--min-busbw", "1", env=devctl_env(devices=1), expect_code=1)
+    assert "one cpu device: no collective to measure" in doc["checks"][0]["message"], doc["checks"][0]
+    doc = run_json("check", "--platform", "gpu", "--only", "matmul", "--min-tflops", "1", env=devctl_env(devices=2), expect_code=1)
+    assert "not gpu: no gpu device to measure" in doc["checks"][0]["message"], doc["checks"][0]  # the CPU does not stand in
+
+
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        (["--min-tflops", "fast"], ["--min-tflops", "fast"]),
+        (["--min-tflops", "0"], ["--min-tflops", "0"]),
+        (["--min-tflops", "600GFLOP/s"], ["--min-tflops", "600GFLOP/s"]),
+        (["--min-memory-bw", "quick"], ["--min-memory-bw", "quick"]),
+        (["--min-busbw", "-3"], ["--min-busbw"]),
+        (["--min-busbw", "10", "--only", "env"], ["--min-busbw", "busbw"]),
+        (["--stragglers", "--skip", "stragglers"], ["--stragglers", "stragglers"]),
+    ],
+)
+def test_bad_benchmark_expectations_are_one_line_exit_2(tmp_path, args, needles):
+    assert_usage_error(run_devctl("check", *args, env=devctl_env(devices=1), cwd=tmp_path), *needles)
+
+
+def test_benchmark_expectations_come_from_the_config_table_too(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.devctl.check]\nmin-memory-bw = "1MB/s"\nmin-tflops = 1e-6\nmin-busbw = 0.001\nstragglers = true\nonly = ["env"]\n'
+    )
+    doc = _doc(run_devctl("check", "--json", env=devctl_env(devices=1), cwd=tmp_path), 0)
+    exp = doc["expectations"]
+    assert (exp["min_memory_bw_gbps"], exp["min_tflops"], exp["min_busbw_gbps"], exp["stragglers"]) == (0.001, 1e-6, 0.001, True)
+    (tmp_path / "pyproject.toml").write_text('[tool.devctl.check]\nstragglers = "yes"\n')
+    assert_usage_error(run_devctl("check", env=devctl_env(devices=1), cwd=tmp_path), "stragglers", "true or false")

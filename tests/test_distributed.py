@@ -602,3 +602,70 @@ def test_the_bind_address_is_the_coordinators_unless_the_user_chose_one():
     assert bind_address("[::]:8476", "127.0.0.1:8476", {}) == "127.0.0.1:8476"
     assert bind_address("[::]:8476", "10.0.0.5:8476", {"JAX_COORDINATOR_BIND_ADDRESS": "[::]:8476"}) == "[::]:8476"
     assert bind_address("[::]:8476", None, {}) == "[::]:8476"  # nothing known to bind to: JAX's own choice
+
+
+# ---------------------------------------------------------------- a slow host named: a real process sharing its CPU
+
+BUSY_LOOP = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs: one for each process")
+def test_check_stragglers_names_the_process_that_shares_its_cpu_with_busy_loops():
+    """Process 1 runs on a CPU where two busy loops spin, process 0 on a CPU of its own: process 1's devices copy
+    and multiply at a third of the speed or less, and the cluster row names process 1 (each process alone sees two
+    equal devices and no straggler of its own)."""
+    fast_cpu, slow_cpu = sorted(os.sched_getaffinity(0))[:2]
+    loops = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(slow_cpu)]) for _ in range(2)]
+    try:
+        port = free_port()
+        common = ("--json", "--timeout", "60", "--only", "stragglers", "--stragglers")
+        procs = []
+        for index, cpu in ((0, fast_cpu), (1, slow_cpu)):
+            argv = [
+                sys.executable, "-m", "devctl", "check", "--distributed", "--coordinator", f"127.0.0.1:{port}",
+                "--num-processes", "2", "--process-id", str(index), *common,
+            ]  # fmt: skip
+            procs.append(subprocess.Popen(
+                argv, env=devctl_env(devices=2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                preexec_fn=lambda cpu=cpu: os.sched_setaffinity(0, {cpu}),  # inherited by its benchmark children
+            ))  # fmt: skip
+        (rc0, out0, err0), (rc1, out1, err1) = finish(procs, timeout=240)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert rc0 == 1 and rc1 == 0 and out1 == "", (err0, err1)
+    doc = json.loads(out0)
+    validate_schema(doc, "check")
+    rows = {c["name"]: c for c in doc["checks"]}
+    host = socket.gethostname()
+    across = rows["stragglers [cluster]"]
+    assert across["status"] == "fail", across
+    assert f"{host} process 1 " in across["message"] and f"{host} process 0 " not in across["message"], across["message"]
+    memory = across["details"]["memory"]
+    assert memory["stragglers"] == [f"{host} process 1"]
+    by_process = memory["by_process"]
+    assert by_process[f"{host} process 1"] < 0.9 * by_process[f"{host} process 0"], by_process
+    # The cluster's figure for each process is the median of its own devices' figures, as its own row reports them.
+    for index in (0, 1):
+        figures = rows[f"stragglers [{host} process {index}]"]["details"]["memory"]["figures"]
+        assert sorted(figures) == ["cpu:0", "cpu:1"]
+        assert by_process[f"{host} process {index}"] == pytest.approx(sum(figures.values()) / 2)
+
+
+def test_host_stragglers_compare_each_processs_device_median_with_the_others():
+    from devctl.checks.cluster import host_stragglers
+
+    def report(host: str, copy: dict[str, float | None]) -> dict:
+        details = {"memory": {"metric": "copy", "unit": "GB/s", "figures": copy, "median": None}}
+        return {"hostname": host, "checks": [{"name": "stragglers", "status": "pass", "message": "-", "details": details}]}
+
+    fast = {"cuda:0": 3000.0, "cuda:1": 3010.0}
+    reports = [report("a", fast), report("b", {"cuda:0": 2000.0, "cuda:1": 2100.0, "cuda:2": None}), report("c", fast)]
+    row = host_stragglers(reports)
+    assert row is not None and row.name == "stragglers [cluster]" and row.status.value == "fail"
+    assert row.message.startswith("slow process(es), each its devices' median: copy b process 1 2050 GB/s, 32% below the median 3005 GB/s")
+    assert row.details["memory"]["by_process"] == {"a process 0": 3005.0, "b process 1": 2050.0, "c process 2": 3005.0}
+    calm = host_stragglers([report("a", fast), report("b", {"cuda:0": 2900.0})])
+    assert calm is not None and calm.status.value == "pass" and "no slow process among 2" in calm.message
+    assert host_stragglers([report("a", fast)]) is None  # one process: no peer to compare with

@@ -26,17 +26,22 @@ def cell(direction="h2d", variant="pageable", size=4 * KIB, src="host", dst="cpu
 # ---- the regression gate ------------------------------------------------------------------------------
 
 
-def timed(size=16 * MIB, median_s=1e-3, spread=0.05, samples=10, **kw) -> Cell:
-    """A measured cell whose p10 and p90 lie `spread` (a fraction) either side of its median."""
+# The ~95% confidence interval of a median, per unit of p10-p90 spread over the median, times sqrt(samples).
+CI_PER_SPREAD = 1.96 * 1.2533 / 2.563
+
+
+def timed(size=16 * MIB, median_s=1e-3, noise=0.05, samples=10, **kw) -> Cell:
+    """A measured cell whose median's confidence interval is +/- `noise` (a fraction): its p10 and p90 placed so."""
     gbps = size / median_s / 1e9
-    p10, p90 = median_s * (1 - spread), median_s * (1 + spread)
+    half = noise * samples**0.5 / (2 * CI_PER_SPREAD)  # half the p10-p90 spread, a fraction of the median
+    p10, p90 = median_s * (1 - half), median_s * (1 + half)
     return cell(size=size, gbps=gbps, samples=samples, p10_s=p10, median_s=median_s, p90_s=p90, **kw)
 
 
-def slower(c: Cell, factor: float, spread: float = 0.05) -> Cell:
+def slower(c: Cell, factor: float, noise: float = 0.05) -> Cell:
     """The same cell measured again, its median time `factor` times the first's."""
     assert c.median_s is not None
-    return timed(c.size_bytes, c.median_s * factor, spread, direction=c.direction, variant=c.variant, src=c.src, dst=c.dst, layout=c.layout)
+    return timed(c.size_bytes, c.median_s * factor, noise, direction=c.direction, variant=c.variant, src=c.src, dst=c.dst, layout=c.layout)
 
 
 def baseline(*cells: Cell, name: str = "b") -> Baseline:
@@ -61,8 +66,15 @@ def test_fixed_cost_is_where_the_line_through_the_smallest_and_largest_sizes_mee
     assert len(m.fixed_costs_s([SMALL, LARGE, *d2h])) == 2
 
 
-def test_noise_is_half_the_p10_to_p90_spread_in_percent_of_the_median():
-    assert m.noise_pct(timed(median_s=2e-3, spread=0.1)) == pytest.approx(10.0)
+def test_noise_is_the_confidence_interval_of_the_median_from_its_samples_spread_and_count():
+    # p10-p90 of 1.8-2.2 ms around 2 ms: sigma = 0.4 ms / 2.563; the median of 10 samples is within
+    # 1.96 x 1.2533 x sigma / sqrt(10) of the truth 95% of the time: +/- 6.06%.
+    c = cell(size=16 * MIB, samples=10, p10_s=1.8e-3, median_s=2e-3, p90_s=2.2e-3)
+    assert m.noise_pct(c) == pytest.approx(1.96 * 1.2533 * (0.4 / 2.563) / 10**0.5 / 2 * 100)
+    # Four times the samples halve it; the same spread is the same noise at any median.
+    four = cell(size=16 * MIB, samples=40, p10_s=1.8e-3, median_s=2e-3, p90_s=2.2e-3)
+    assert m.noise_pct(four) == pytest.approx(m.noise_pct(c) / 2)
+    assert m.noise_pct(timed(median_s=3e-3, noise=0.1)) == pytest.approx(10.0)
     assert m.noise_pct(cell()) is None  # no samples' figures
 
 
@@ -101,10 +113,30 @@ def test_a_drop_inside_the_noise_band_plus_the_allowance_passes():
 
 
 def test_a_noisy_baseline_widens_the_band_and_a_noisy_rerun_too():
-    noisy = timed(16 * MIB, LARGE.median_s, spread=0.4)
+    noisy = timed(16 * MIB, LARGE.median_s, noise=0.4)
     assert compare_with_baseline([SMALL, slower(LARGE, 1.6)], baseline(SMALL, noisy), 10).passed  # -37.5%, band 45%
-    assert compare_with_baseline([SMALL, slower(LARGE, 1.6, spread=0.4)], baseline(SMALL, LARGE), 10).passed
+    assert compare_with_baseline([SMALL, slower(LARGE, 1.6, noise=0.4)], baseline(SMALL, LARGE), 10).passed
     assert not compare_with_baseline([SMALL, slower(LARGE, 1.6)], baseline(SMALL, LARGE), 10).passed
+
+
+def test_pooled_runs_take_the_median_of_their_figures_and_how_far_their_medians_lay_apart():
+    fast, mid, slow = (baseline(SMALL, slower(LARGE, f), name=n) for f, n in ((1.0, "a"), (1.1, "b"), (1.3, "c")))
+    pool = m.pooled([fast, mid, slow])
+    assert (pool.name, pool.runs) == ("a, b, c", 3)
+    big = pool.cells[LARGE.key]
+    assert big.median_s == pytest.approx(LARGE.median_s * 1.1) and big.gbps == pytest.approx(LARGE.gbps / 1.1)
+    assert m.noise_pct(big) == pytest.approx(5.0) and big.samples == 10
+    # Half the range of the runs' GB/s (1/1 to 1/1.3 of the fastest's), in percent of their median (1/1.1).
+    assert pool.run_spread_pct[LARGE.key] == pytest.approx((1 - 1 / 1.3) / 2 * 1.1 * 100)  # 12.7%
+    # A rerun where the slowest earlier run landed (-23% against the fastest) is no regression against the pool,
+    # whose band holds how far its runs lay apart; against the fastest run alone it is one.
+    rerun = [SMALL, slower(LARGE, 1.3)]
+    assert not compare_with_baseline(rerun, fast, 10).passed
+    gate = compare_with_baseline(rerun, pool, 10)
+    assert gate.passed and gate.baseline_runs == 3
+    # Pooling hides no real slowdown: 1.4x slower than the pool's median (-29%) is beyond 12.7% + 5% + 10%.
+    assert not compare_with_baseline([SMALL, slower(LARGE, 1.1 * 1.4)], pool, 10).passed
+    assert m.pooled([fast]) is fast
 
 
 def test_the_allowance_is_inclusive_and_zero_fails_any_drop_past_the_band():
@@ -144,7 +176,7 @@ def test_a_gated_cell_that_measured_nothing_now_has_regressed_whatever_the_noise
 def test_gate_lists_regressions_in_the_order_of_the_run_and_its_band_range():
     sizes = [64 * MIB, 16 * MIB, 256 * MIB]
     base = baseline(SMALL, *(timed(s, s / 12.5e9) for s in sizes))
-    gate = compare_with_baseline([timed(s, 2 * s / 12.5e9, spread=0.01 * i) for i, s in enumerate(sizes, 1)], base, 10)
+    gate = compare_with_baseline([timed(s, 2 * s / 12.5e9, noise=0.01 * i) for i, s in enumerate(sizes, 1)], base, 10)
     assert [r.size_bytes for r in gate.regressions] == sizes
     assert (gate.min_noise_pct, gate.max_noise_pct) == (pytest.approx(6.0), pytest.approx(8.0))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any, Literal
 
@@ -40,7 +41,10 @@ def merge_reports(reports: list[dict[str, Any]], *, strict: bool, expectations: 
                     details={**(c.get("details") or {}), "check": c["name"], "hostname": host, "process_index": index},
                 )
             )
-    statuses = {doc.get("status") for doc in reports}
+    across = host_stragglers(reports)
+    if across is not None:
+        checks.append(across)
+    statuses = {doc.get("status") for doc in reports} | ({across.status.value} if across is not None else set())
     status: Literal["pass", "warn", "fail"] = "fail" if "fail" in statuses else "warn" if "warn" in statuses else "pass"
     hosts = sorted({doc.get("hostname") or "?" for doc in reports})
     return CheckReport(
@@ -55,3 +59,51 @@ def merge_reports(reports: list[dict[str, Any]], *, strict: bool, expectations: 
         phases_s=phases_s,
         elapsed_s=elapsed_s,
     )
+
+
+def host_stragglers(reports: list[dict[str, Any]]) -> CheckResult | None:
+    """The stragglers check across processes: each process's median device figure (memory copy GB/s, matmul
+    TFLOP/s) against the other processes' by the rule of devctl.model.stragglers, so a slow host is named even
+    when its own devices agree with each other. None when fewer than 2 processes measured."""
+    from devctl.model.stragglers import DEFAULT_FLOOR_PCT, DEFAULT_MAD_K, find_stragglers
+    from devctl.units import digits, figure
+
+    per_metric: dict[str, dict[str, float]] = {}
+    units: dict[str, tuple[str, str]] = {}
+    for index, doc in enumerate(reports):
+        check = next((c for c in doc.get("checks", []) if c.get("name") == "stragglers"), None)
+        for kind, measured in ((check or {}).get("details") or {}).items():
+            if not isinstance(measured, dict) or not isinstance(measured.get("figures"), dict):
+                continue
+            figures = [float(v) for v in measured["figures"].values() if isinstance(v, (int, float)) and v > 0]
+            if figures:
+                where = f"{doc.get('hostname') or '?'} process {index}"
+                per_metric.setdefault(kind, {})[where] = statistics.median(figures)
+                units[kind] = (str(measured.get("metric") or kind), str(measured.get("unit") or ""))
+    compared = {kind: values for kind, values in per_metric.items() if len(values) >= 2}
+    if not compared:
+        return None
+    named: list[str] = []
+    medians: list[str] = []
+    details: dict[str, Any] = {}
+    for kind, values in compared.items():
+        metric, unit = units[kind]
+        found = find_stragglers(values)
+        places = digits(statistics.median(values.values()))
+        named += [f"{metric} {s.describe(unit, digits=places)} of the other processes" for s in found]
+        medians.append(f"{metric} median {figure(statistics.median(values.values()))} {unit}")
+        details[kind] = {"metric": metric, "unit": unit, "by_process": values, "stragglers": [s.name for s in found]}
+    processes = max(len(v) for v in compared.values())
+    name = cluster_check_name("stragglers", "", None)
+    details["rule"] = (
+        f"a process is a straggler when its devices' median is below the median of the other processes' by more "
+        f"than max({DEFAULT_FLOOR_PCT:g}%, {DEFAULT_MAD_K:g} x 1.4826 x their MAD)"
+    )
+    if named:
+        return CheckResult(
+            name, CheckStatus.FAIL, f"slow process(es), each its devices' median: {'; '.join(named)}",
+            "drain the named host, or check what else runs there (CPU, memory and PCIe contention, throttling); "
+            "then run devctl bench memory and devctl bench matmul on it",
+            details=details,
+        )  # fmt: skip
+    return CheckResult(name, CheckStatus.PASS, f"no slow process among {processes} ({', '.join(medians)} per process)", details=details)

@@ -40,15 +40,19 @@ def parse_percent(text: str) -> float:
     return value
 
 
-def check_gate(baseline: str | None, max_regression: str | None, all_sizes: bool = False) -> m.GateRequest | None:
-    """The baseline, the drop allowed beyond its noise band, in percent, and which cells to judge; None without --baseline."""
-    if baseline is None:
+def check_gate(baselines: list[str] | None, max_regression: str | None, all_sizes: bool = False) -> m.GateRequest | None:
+    """The baseline (several runs pooled when --baseline is repeated), the drop allowed beyond its noise band, in
+    percent, and which cells to judge; None without --baseline."""
+    if not baselines:
         given = "--max-regression" if max_regression is not None else "--gate-all-sizes" if all_sizes else None
         if given:
             raise UsageError(f"{given} needs --baseline FILE (an earlier `devctl bench transfer --json` result)")
         return None
     pct = parse_percent(max_regression) if max_regression is not None else DEFAULT_MAX_REGRESSION_PCT
-    return m.GateRequest(load_baseline(baseline), pct, all_sizes)
+    for i, path in enumerate(baselines):
+        if path in baselines[:i]:
+            raise UsageError(f"--baseline {shown(path)} is given twice; pool different runs (each run's own --json result)")
+    return m.GateRequest(m.pooled([load_baseline(path) for path in baselines]), pct, all_sizes)
 
 
 # A baseline is one earlier --json document: a few hundred cells of ~700 bytes; 16 MiB is far above any.

@@ -86,7 +86,14 @@ SrcOpt = Annotated[Optional[str], Option("--src", metavar="ID", autocompletion=c
 DstOpt = Annotated[Optional[str], Option("--dst", metavar="ID", autocompletion=completion.devices(many=False), help="d2d: the destination device, as --device names one (not with --all-pairs).")]
 AllPairsOpt = Annotated[bool, Option("--all-pairs", help="d2d: every ordered pair of devices at every size.")]
 BaselineOpt = Annotated[
-    Optional[str], Option("--baseline", metavar="FILE", autocompletion=completion.files, help="An earlier --json result (a regular file): exit 1 if a bandwidth-bound cell fell below it by more than its noise and --max-regression.")
+    Optional[list[str]],
+    Option(
+        "--baseline",
+        metavar="FILE",
+        autocompletion=completion.files,
+        help="An earlier --json result (a regular file): exit 1 if a bandwidth-bound cell fell below it by more than its noise and --max-regression. "
+        "Repeat it to pool several runs (3 or more recommended): how far they differ joins the noise band.",
+    ),
 ]
 MaxRegressionOpt = Annotated[
     Optional[str],
@@ -94,7 +101,7 @@ MaxRegressionOpt = Annotated[
         "--max-regression",
         metavar="PCT",
         autocompletion=completion.percent,
-        help="Allowed drop per cell beyond its noise band (the two runs' p10-p90 spreads), a percentage in [0%, 100%): 10% or 2.5% (default 10%). "
+        help="Allowed drop per cell beyond its noise band (the confidence intervals of the two medians, and how far pooled baseline runs differ), a percentage in [0%, 100%): 10% or 2.5% (default 10%). "
         "A bare number of 1 or more is a percentage (10 = 10%); a bare number below 1 (0.1: 10% or 0.1%?) is refused.",
     ),
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,22 @@ def check(
     min_h2d: Annotated[
         Optional[str], typer.Option("--min-h2d", metavar="RATE", autocompletion=completion.rate, help="Expect host-to-device >= RATE per device: 10GB/s (bytes), 80Gb/s (bits).")
     ] = None,
+    min_memory_bw: Annotated[
+        Optional[str],
+        typer.Option("--min-memory-bw", metavar="RATE", autocompletion=completion.rate, help="Expect each device's memory bandwidth >= RATE (a jitted copy, as devctl bench memory measures it).")
+    ] = None,
+    min_tflops: Annotated[
+        Optional[str],
+        typer.Option("--min-tflops", metavar="TFLOPS", help="Expect each device's dense matmul >= TFLOPS TFLOP/s: bf16 on GPU and TPU, f32 on CPU (devctl bench matmul).")
+    ] = None,
+    min_busbw: Annotated[
+        Optional[str],
+        typer.Option("--min-busbw", metavar="RATE", autocompletion=completion.rate, help="Expect all-reduce bus bandwidth >= RATE over the local devices (nccl-tests' busbw; devctl bench collective).")
+    ] = None,
+    stragglers: Annotated[
+        Optional[bool],
+        typer.Option("--stragglers", help="Expect no straggler: every device's memory bandwidth and matmul throughput near its peers' (and every host's, with --distributed)."),
+    ] = None,
     timeout: TimeoutOpt = None,
     only: Annotated[
         Optional[list[str]], typer.Option("--only", metavar="NAME", autocompletion=completion.check_names, help="Run only these checks (repeatable, or comma-separated).")
@@ -84,15 +101,16 @@ def check(
 ) -> None:
     """Health checks for CI: each check passes, warns, fails or skips; exit 1 when one fails.
 
-    Checks: versions, plugins, backends, devices, compute, transfer, memory, bandwidth, nvml-health, host, tpu, env.
-    Expectations come from the flags, over a [tool.devctl.check] table in the nearest pyproject.toml (or --config).
+    Checks: versions, plugins, backends, devices, compute, transfer, memory, bandwidth, memory-bw, matmul, busbw,
+    stragglers, nvml-health, host, tpu, env. The four benchmarks (memory-bw, matmul, busbw, stragglers) run only
+    when their expectation is given. Expectations come from the flags, over a [tool.devctl.check] table in the nearest pyproject.toml (or --config).
     Rates: 10GB/s is gigabytes, 80Gb/s or 80Gbit/s gigabits, a bare number GB/s.
     Exit 0 when all pass (warnings allowed unless --strict), 1 when one fails, 2 on bad flags, config or output file.
     """
     options = resolve(
         Flags(
             platform=platform, min_devices=min_devices, device_kind=device_kind, min_memory=min_memory, min_h2d=min_h2d,
-            timeout=timeout, only=only, skip=skip, strict=strict, config=config,
+            min_memory_bw=min_memory_bw, min_tflops=min_tflops, min_busbw=min_busbw, stragglers=stragglers, timeout=timeout, only=only, skip=skip, strict=strict, config=config,
         )
     )  # fmt: skip
     root = check_host_root(host_root)
@@ -156,7 +174,10 @@ def _check_cluster(cluster: ClusterParams, run_here, options, all_print: bool):
 # file, the key and what is accepted; the checks below get typed values only.
 
 TABLE = "tool.devctl.check"
-KEYS = ("platform", "min-devices", "device-kind", "min-memory", "min-h2d", "timeout", "only", "skip", "strict")
+KEYS = (
+    "platform", "min-devices", "device-kind", "min-memory", "min-h2d", "min-memory-bw", "min-tflops", "min-busbw",
+    "stragglers", "timeout", "only", "skip", "strict",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -176,6 +197,10 @@ class Flags:
     device_kind: str | None = None
     min_memory: str | None = None
     min_h2d: str | None = None
+    min_memory_bw: str | None = None
+    min_tflops: str | None = None
+    min_busbw: str | None = None
+    stragglers: bool | None = None
     timeout: str | None = None
     only: list[str] | None = None
     skip: list[str] | None = None
@@ -204,6 +229,10 @@ def resolve(flags: Flags, cwd: str | None = None) -> CheckOptions:
         device_kind=pick("device-kind", flags.device_kind, lambda v: _kind(v, "--device-kind")),
         min_memory_bytes=pick("min-memory", flags.min_memory, lambda v: _size(v, "--min-memory")),
         min_h2d_gbps=pick("min-h2d", flags.min_h2d, lambda v: _rate(v, "--min-h2d")),
+        min_memory_bw_gbps=pick("min-memory-bw", flags.min_memory_bw, lambda v: _rate(v, "--min-memory-bw")),
+        min_tflops=pick("min-tflops", flags.min_tflops, lambda v: _tflops(v, "--min-tflops")),
+        min_busbw_gbps=pick("min-busbw", flags.min_busbw, lambda v: _rate(v, "--min-busbw")),
+        stragglers=bool(pick("stragglers", flags.stragglers, bool)),
         timeout_s=pick("timeout", flags.timeout, check_timeout) or DEFAULT_TIMEOUT_S,
         sources={k: v for k, v in sources.items() if k not in ("only", "skip", "strict")},
     )
@@ -223,7 +252,10 @@ def _flag_names(flag: str, items: list[str] | None) -> list[str] | None:
 
 
 # An expectation and the one check that verifies it.
-_CHECKED_BY = {"min-devices": "devices", "device-kind": "devices", "min-memory": "memory", "min-h2d": "bandwidth"}
+_CHECKED_BY = {
+    "min-devices": "devices", "device-kind": "devices", "min-memory": "memory", "min-h2d": "bandwidth",
+    "min-memory-bw": "memory-bw", "min-tflops": "matmul", "min-busbw": "busbw", "stragglers": "stragglers",
+}  # fmt: skip
 
 
 def _check_expectations_are_checked(expectations: Expectations, names: list[str]) -> None:
@@ -325,8 +357,10 @@ def _from_file(key: str, value: Any, where: str | None) -> Any:
             return _kind(value, label)
         if key == "min-memory":
             return _size(value, label)
-        if key == "min-h2d":
+        if key in ("min-h2d", "min-memory-bw", "min-busbw"):
             return _rate(value, label)
+        if key == "min-tflops":
+            return _tflops(value, label)
         if key == "timeout":
             return _timeout(value, label)
         if key in ("only", "skip"):
@@ -334,7 +368,7 @@ def _from_file(key: str, value: Any, where: str | None) -> Any:
             if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
                 raise UsageError(f"{label} must be a list of check names, got {quoted(value)}")
             return _names(items, label)
-        if key == "strict":
+        if key in ("strict", "stragglers"):
             if not isinstance(value, bool):
                 raise UsageError(f"{label} must be true or false, got {quoted(value)}")
             return value
@@ -389,6 +423,21 @@ def _rate(value: Any, label: str) -> float:
         rate = float("nan")
     if not (rate > 0 and math.isfinite(rate)):
         raise UsageError(f"{label} must be {RATE_HELP} above 0; got {quoted(value)}")
+    return rate
+
+
+_TFLOPS_RE = re.compile(r"^\s*(\d{1,9}(?:\.\d{1,9})?)\s*(tflop/?s|tflops)?\s*$", re.IGNORECASE | re.ASCII)
+
+
+def _tflops(value: Any, label: str) -> float:
+    """TFLOP/s: a number, or one followed by TFLOP/s or TFLOPS; anything else (GFLOP/s, a negative) is refused."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        rate = float(value)
+    else:
+        found = _TFLOPS_RE.match(value) if isinstance(value, str) else None
+        rate = float(found.group(1)) if found else float("nan")
+    if not (rate > 0 and math.isfinite(rate)):
+        raise UsageError(f"{label} must be a number of TFLOP/s above 0, such as 600 or 600TFLOP/s; got {quoted(value)}")
     return rate
 
 

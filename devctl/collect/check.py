@@ -8,7 +8,7 @@ import socket
 import time
 from typing import Callable, Literal
 
-from devctl.checks import CHECK_NAMES, backends, compute, machine, nvml, software
+from devctl.checks import CHECK_NAMES, backends, compute, machine, nvml, performance, software
 from devctl.checks.verdict import Verdict
 from devctl.collect.check_context import Context
 from devctl.model.check import (
@@ -29,6 +29,10 @@ CHECKS: dict[str, Callable[[Context], Verdict]] = {
     "transfer": compute.check_transfer,
     "memory": backends.check_memory,
     "bandwidth": compute.check_bandwidth,
+    "memory-bw": performance.check_memory_bw,
+    "matmul": performance.check_matmul,
+    "busbw": performance.check_busbw,
+    "stragglers": performance.check_stragglers,
     "nvml-health": nvml.check_nvml_health,
     "host": machine.check_host,
     "tpu": machine.check_tpu,

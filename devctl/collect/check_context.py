@@ -36,6 +36,12 @@ NEEDS: dict[str, frozenset[str]] = {
     "transfer": frozenset({"inventory", "health"}),
     "memory": frozenset({"inventory"}),
     "bandwidth": frozenset({"inventory", "health"}),
+    # The benchmarks run only when an expectation asks for them, one at a time after the health child (each
+    # alone on the machine, as their figures need): on demand, never started early (Context.bench).
+    "memory-bw": frozenset({"inventory"}),
+    "matmul": frozenset({"inventory"}),
+    "busbw": frozenset({"inventory"}),
+    "stragglers": frozenset({"inventory"}),
     "nvml-health": frozenset({"hardware", "nvml"}),
     "host": frozenset({"hardware", "host"}),
     "tpu": frozenset({"hardware"}),
@@ -162,6 +168,22 @@ class Context:
             return [p for p in ok if self.expectations.wants_platform(p)]
         return ok
 
+    def bench_platform(self) -> tuple[str | None, str | None]:
+        """The platform the benchmarks measure (JAX's default backend, as a job would use), or None and why not."""
+        default = self.inventory().default_platform
+        if default is None:
+            return None, "no JAX backend initialized, so there is no device to measure (see the backends check)"
+        expected = self.expectations.platforms
+        if expected and not self.expectations.wants_platform(default):
+            scope = "/".join(expected)
+            return None, f"JAX's default backend is {default}, not {scope}: no {scope} device to measure (see the backends check)"
+        return default, None
+
+    def bench(self, kind: str) -> tuple[Any, str | None]:
+        """A short benchmark of JAX's default backend ("memory", "matmul" or "collective"), run once for every check
+        that reads it: its report, or None and why it could not run."""
+        return self._get(f"bench-{kind}", lambda: self._run_bench(kind))
+
     def take_wait_s(self) -> float:
         """Seconds the checks' thread waited for shared pieces since the last call (the runner subtracts them)."""
         waited, self._waited_s = self._waited_s, 0.0
@@ -229,6 +251,36 @@ class Context:
             )
         finally:
             self.phases_s["health"] = round(time.monotonic() - started, 3)
+
+    def _run_bench(self, kind: str) -> tuple[Any, str | None]:
+        from devctl.checks.performance import bench_options
+        from devctl.errors import DevctlError
+
+        health = self._futures.get("health")
+        if health is not None:  # still measuring: a benchmark beside it would measure both of them
+            wait([health])
+        platform, why = self.bench_platform()
+        if platform is None:
+            return None, why
+        count = sum(b.device_count for b in self.inventory().backends if b.platform == platform and b.status is BackendStatus.OK)
+        opts, why = bench_options(kind, platform, count)
+        if opts is None:
+            return None, why
+        timeout_s = self.expectations.timeout_s
+        try:
+            if kind == "memory":
+                from devctl.collect.bench_memory import run_memory
+
+                return run_memory(opts, timeout_s), None
+            if kind == "matmul":
+                from devctl.collect.bench_matmul import run_matmul
+
+                return run_matmul(opts, timeout_s), None
+            from devctl.collect.bench_collective import run_collective
+
+            return run_collective(opts, timeout_s), None
+        except DevctlError as e:  # a failed or hung child: the verdict names it, the other checks go on
+            return None, str(e)
 
     def _collect_nvml(self) -> NvmlHealth:
         from devctl.discovery.nvml import nvml_health

@@ -55,7 +55,9 @@ KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 # Powers of four keep the default sweep to nine sizes: latency at the small end, bandwidth at the large.
 DEFAULT_SIZES = tuple(4 * KIB * 4**i for i in range(9))  # 4K .. 256M
 LARGE_SIZE = GIB  # added to the default sweep only where the device has room for it
-QUICK_SIZES = (4 * KIB, 16 * MIB)
+# 64M, not 16M: on a CPU backend 16M transfers land in one of two page-fault modes from run to run (a 2x
+# difference no gate can tell from a slower path); 64M ones stay within a few percent (benchmarks/README.md).
+QUICK_SIZES = (4 * KIB, 64 * MIB)
 
 DEFAULT_REPEATS = 3  # nvbandwidth takes the median of 3 samples; small sizes get many more from --min-time
 DEFAULT_MIN_TIME_S = 0.03
@@ -293,7 +295,7 @@ class Regression:
     baseline_gbps: float
     gbps: float | None  # None: nothing measured now
     change_pct: float | None  # negative: slower than the baseline
-    noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the noise band, +/- this many percent: half the p10-p90 spread of the baseline's samples plus half of this run's, each relative to its median; None when nothing was measured now
+    noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the noise band, +/- this many percent: the ~95% confidence interval of this run's median plus the baseline's (a pooled baseline's: the wider of that and half the range of its runs' medians); None when nothing was measured now
     beyond_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # points by which the drop went past the noise band (a regression: more than max_regression_pct)
 
 
@@ -301,7 +303,7 @@ class Regression:
 class Gate:
     """This run judged against an earlier one (--baseline): the bandwidth-bound cells, each against its noise band."""
 
-    baseline: str  # the file, as the user named it
+    baseline: str  # the file, as the user named it (several, comma-separated, when runs were pooled)
     max_regression_pct: float = field(metadata=json_schema(minimum=0, exclusiveMaximum=100))  # the drop allowed beyond the noise band
     compared: int = field(metadata=json_schema(minimum=0))  # cells present in both runs with a bandwidth in the baseline
     passed: bool
@@ -312,6 +314,7 @@ class Gate:
     one_size: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells not judged: their path was measured at one size only, which cannot tell fixed cost from bytes
     min_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the narrowest noise band among the gated cells measured now
     max_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the widest: a drop smaller than it plus the allowance is not seen there
+    baseline_runs: int = field(default=1, metadata=json_schema(minimum=1))  # earlier runs pooled into the baseline (--baseline given this many times)
 
 
 @dataclass(frozen=True)
@@ -359,6 +362,38 @@ class Baseline:
 
     name: str  # the file, as the user named it
     cells: dict[CellKey, Cell]  # Cell.key -> the cell; only cells with a bandwidth, each with samples, p10_s, median_s, p90_s
+    runs: int = 1  # earlier runs pooled into it
+    run_spread_pct: dict[CellKey, float] = field(default_factory=dict)  # per cell, half the range of the runs' medians, in % (pooled only)
+
+
+def pooled(baselines: list[Baseline]) -> Baseline:
+    """Several earlier runs as one baseline: per cell, the median of the runs' figures (median, p10, p90; the
+    fewest samples, so the median's confidence interval is not overstated), and how far the runs' medians lay
+    apart: half their range, in percent of the pooled median, which joins the noise band (compare_with_baseline).
+    """
+    from dataclasses import replace
+    from statistics import median
+
+    if len(baselines) == 1:
+        return baselines[0]
+    runs: dict[CellKey, list[Cell]] = {}
+    for b in baselines:
+        for key, c in b.cells.items():
+            runs.setdefault(key, []).append(c)
+    cells, spread = {}, {}
+    for key, cs in runs.items():
+        medians = [cast(float, c.gbps) for c in cs]
+        gbps = median(medians)
+        cells[key] = replace(
+            cs[0],
+            samples=min(c.samples or 0 for c in cs),
+            p10_s=median(cast(float, c.p10_s) for c in cs),
+            median_s=median(cast(float, c.median_s) for c in cs),
+            p90_s=median(cast(float, c.p90_s) for c in cs),
+            gbps=gbps,
+        )
+        spread[key] = (max(medians) - min(medians)) / 2 / gbps * 100
+    return Baseline(", ".join(b.name for b in baselines), cells, sum(b.runs for b in baselines), spread)
 
 
 @dataclass(frozen=True)
@@ -403,21 +438,33 @@ def _path(c: Cell) -> tuple[str, ...]:
     return (c.direction, c.variant, c.layout, c.src, c.dst)
 
 
+# The noise band of a median, from what a result records of its samples (their count, p10 and p90): the
+# half-width of its ~95% confidence interval. For roughly normal samples the p10-p90 spread is 2.563 standard
+# deviations, and a median of n samples has a standard error of 1.2533 standard deviations over sqrt(n).
+_P10_P90_SIGMAS = 2.563
+_MEDIAN_SE = 1.2533
+_Z95 = 1.96
+
+
 def noise_pct(c: Cell) -> float | None:
-    """Half the spread of a cell's middle 80% of samples (p10 to p90), in percent of its median: the noise a
-    single run shows. None without the figures."""
-    if c.p10_s is None or c.p90_s is None or not c.median_s:
+    """How far a cell's median could be from the path's true median by chance: the half-width of its ~95%
+    confidence interval, from its samples' p10-p90 spread and count, in percent of the median. None without the
+    figures."""
+    if c.p10_s is None or c.p90_s is None or not c.median_s or not c.samples:
         return None
-    return (c.p90_s - c.p10_s) / (2 * c.median_s) * 100
+    sigma = (c.p90_s - c.p10_s) / _P10_P90_SIGMAS
+    return _Z95 * _MEDIAN_SE * sigma / c.samples**0.5 / c.median_s * 100
 
 
 def compare_with_baseline(cells: Iterable[Cell], baseline: Baseline, max_regression_pct: float, *, all_sizes: bool = False) -> Gate:
     """Cell by cell, the bandwidth-bound ones only (every cell with all_sizes): a cell regresses when its GB/s
     falls below the baseline's by more than the allowed share plus the noise band of the two runs.
 
-    The noise band adds the baseline's half p10-p90 spread to this run's: two medians differ by chance about
-    as much as their samples spread, and a drop inside that is not evidence of a slower path. Whether a
-    cell is bandwidth-bound is decided from the baseline alone, so every rerun judges the same cells.
+    The noise band adds the baseline's to this run's. A run's is the confidence interval of its median
+    (noise_pct); a pooled baseline's is the wider of that and how far its runs' medians lay apart, since runs
+    differ by more than their samples show (a VM's page-fault mode, a neighbour that came and went). A drop
+    inside the band is not evidence of a slower path. Whether a cell is bandwidth-bound is decided from the
+    baseline alone, so every rerun judges the same cells.
     """
     fixed = fixed_costs_s(baseline.cells.values())
     compared = gated = latency_bound = one_size = 0
@@ -440,7 +487,7 @@ def compare_with_baseline(cells: Iterable[Cell], baseline: Baseline, max_regress
         if c.gbps is None:  # measured before, nothing now (zero-copy or skipped): a regression, whatever the noise
             regressions.append(_regression(c, base_gbps, None, None, None))
             continue
-        band = (noise_pct(base) or 0.0) + (noise_pct(c) or 0.0)
+        band = max(noise_pct(base) or 0.0, baseline.run_spread_pct.get(c.key, 0.0)) + (noise_pct(c) or 0.0)
         bands.append(band)
         change = (c.gbps / base_gbps - 1) * 100
         beyond = -change - band
@@ -448,7 +495,7 @@ def compare_with_baseline(cells: Iterable[Cell], baseline: Baseline, max_regress
             regressions.append(_regression(c, base_gbps, change, band, beyond))
     return Gate(
         baseline.name, max_regression_pct, compared, not regressions, tuple(regressions), all_sizes, gated,
-        latency_bound, one_size, min(bands, default=None), max(bands, default=None),
+        latency_bound, one_size, min(bands, default=None), max(bands, default=None), baseline.runs,
     )  # fmt: skip
 
 

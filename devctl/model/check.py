@@ -15,21 +15,33 @@ from devctl.model.bench import Cell
 
 CHECK_SCHEMA = "devctl.check/1"
 
-# In the order they run and print: software first, then what JAX sees, then what it can do, then the machine.
-CheckName = Literal["versions", "plugins", "backends", "devices", "compute", "transfer", "memory", "bandwidth", "nvml-health", "host", "tpu", "env"]
+# In the order they run and print: software first, then what JAX sees, then what it can do and how fast (the
+# benchmarks, run only when an expectation asks for them), then the machine.
+CheckName = Literal[
+    "versions", "plugins", "backends", "devices", "compute", "transfer", "memory", "bandwidth",
+    "memory-bw", "matmul", "busbw", "stragglers", "nvml-health", "host", "tpu", "env",
+]  # fmt: skip
 CHECK_NAMES: tuple[CheckName, ...] = get_args(CheckName)
-# A check's name in a report: with --distributed, followed by the process it ran on ("env [host1 process 3]").
-CHECK_NAME_PATTERN = "^(" + "|".join(CHECK_NAMES) + r")( \[.+ process [0-9]+\])?$"
+# With --distributed a check's name is followed by the process it ran on ("env [host1 process 3]"), or by
+# [cluster] for a verdict about the processes together (stragglers among the hosts).
+CLUSTER_WIDE = "cluster"
+CHECK_NAME_PATTERN = "^(" + "|".join(CHECK_NAMES) + r")( \[(.+ process [0-9]+|" + CLUSTER_WIDE + r")\])?$"
 _CLUSTER_NAME = re.compile(r"^(?P<check>\S+) \[(?P<host>.+) process (?P<index>[0-9]+)\]$")
+_CLUSTER_WIDE_NAME = re.compile(r"^(?P<check>\S+) \[" + CLUSTER_WIDE + r"\]$")
 
 
-def cluster_check_name(check: str, hostname: str, process_index: int) -> str:
-    """The name of one process's check in a cluster report: "env [host1 process 3]" (JUnit and annotations show it whole)."""
-    return f"{check} [{hostname} process {process_index}]"
+def cluster_check_name(check: str, hostname: str, process_index: int | None) -> str:
+    """The name of one process's check in a cluster report: "env [host1 process 3]" (JUnit and annotations show it
+    whole); with no process, the verdict about them all: "stragglers [cluster]"."""
+    return f"{check} [{CLUSTER_WIDE}]" if process_index is None else f"{check} [{hostname} process {process_index}]"
 
 
 def split_check_name(name: str) -> tuple[str, str | None, int | None]:
-    """(check, hostname, process index) of a report's check name; (name, None, None) for a one-host report."""
+    """(check, hostname, process index) of a report's check name; (name, None, None) for a one-host report,
+    (check, "cluster", None) for a verdict about every process."""
+    wide = _CLUSTER_WIDE_NAME.match(name)
+    if wide is not None:
+        return wide["check"], CLUSTER_WIDE, None
     found = _CLUSTER_NAME.match(name)
     if found is None:
         return name, None, None
@@ -38,7 +50,7 @@ def split_check_name(name: str) -> tuple[str, str | None, int | None]:
 
 # The shared work the checks read, each done once per run (Context in devctl.collect.check_context), by the
 # key of CheckReport.phases_s; its time is not in any check's duration_s.
-Phase = Literal["inventory", "environment", "health", "nvml", "hardware", "host"]
+Phase = Literal["inventory", "environment", "health", "bench-memory", "bench-matmul", "bench-collective", "nvml", "hardware", "host"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
 # A finding code, printed beside a problem by check, doctor and list: DEVCTL_FR_ and the id in upper case (README: finding codes).
 FINDING_CODE_PATTERN = "^DEVCTL_FR_[A-Z0-9_]+$"
@@ -60,6 +72,10 @@ class Expectations:
     device_kind: str | None = None  # case-insensitive substring of every device's kind, e.g. "H100"
     min_memory_bytes: int | None = field(default=None, metadata=json_schema(minimum=1))  # bytes_limit per device
     min_h2d_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # decimal GB/s, host to each device
+    min_memory_bw_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # decimal GB/s, each device's memory (bench memory's copy)
+    min_tflops: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # each device's dense matmul, bf16 on accelerators, f32 on CPU
+    min_busbw_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # decimal GB/s, all-reduce bus bandwidth over the local devices
+    stragglers: bool = False  # expect no device (and, with --distributed, no host) slower than its peers
     timeout_s: float = field(default=30.0, metadata=json_schema(exclusiveMinimum=0))  # bound on each backend's initialization and on the health probe's silence
     sources: dict[str, str] = field(default_factory=dict)  # expectation -> "flag" or the config file it came from
 

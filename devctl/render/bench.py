@@ -43,15 +43,16 @@ def gate_lines(gate: Gate) -> list[str]:
     """What the regression gate found, for stderr: the verdict, each regressed cell and how far past its noise
     band it fell, and the cells left out and why."""
     which = "cells" if gate.all_sizes else "bandwidth-bound cells"
+    base = f"baseline {gate.baseline}" + (f" ({gate.baseline_runs} runs pooled)" if gate.baseline_runs > 1 else "")
     allowed = f"{gate.max_regression_pct:g}% beyond its noise band"
     if not gate.regressions:
         bands = ""
         if gate.min_noise_pct is not None and gate.max_noise_pct is not None:
             low, high = round(gate.min_noise_pct), round(gate.max_noise_pct)
             bands = f" (noise band ±{low}%)" if low == high else f" (noise bands ±{low}% to ±{high}%)"
-        lines = [f"baseline {gate.baseline}: {gate.gated} {which} gated, none fell more than {allowed}{bands}"]
+        lines = [f"{base}: {gate.gated} {which} gated, none fell more than {allowed}{bands}"]
     else:
-        lines = [f"baseline {gate.baseline}: {len(gate.regressions)} of {gate.gated} {which} fell more than {allowed}:"]
+        lines = [f"{base}: {len(gate.regressions)} of {gate.gated} {which} fell more than {allowed}:"]
     for r in gate.regressions:
         cell = f"  {r.direction} {r.variant} {r.layout} {format_size_short(r.size_bytes)} {r.src}->{r.dst}: "
         if r.gbps is None or r.change_pct is None:
