@@ -74,9 +74,10 @@ def test_each_device_is_compared_with_its_peers_by_the_straggler_rule(run):
 
 
 def test_a_slow_device_among_real_figures_is_named(run):
-    """The real events of a run, with one device's copies made 4x slower (a device whose memory clocks dropped),
-    assembled by the collector: that device is named, with its figure and the median. (4x, not 1.5x: the peers'
-    real figures at these small sizes scatter on a busy machine, and the rule widens its bar with their scatter.)"""
+    """The real events of a run, with one device's copies made 20x slower (a device whose memory clocks dropped),
+    assembled by the collector: that device is named, with its figure and the median. (20x, not 1.5x: the peers'
+    real figures at these small sizes scatter on a busy machine, and the rule widens its bar with their scatter:
+    its 3 x 1.4826 MADs must stay under the 95% drop, so one of the peers' two gaps under 21% of their median.)"""
     from devctl.collect.bench_memory import assemble
     from devctl.model import to_jsonable
 
@@ -84,14 +85,14 @@ def test_a_slow_device_among_real_figures_is_named(run):
     for e in events:
         if e.get("event") == "cell" and e["device"] == "cpu:2":
             for key in ("min_s", "p10_s", "median_s", "p90_s", "max_s", "mean_s"):
-                e[key] /= 0.25
-            e["gbps"] *= 0.25
-            e["peak_gbps"] *= 0.25
+                e[key] /= 0.05
+            e["gbps"] *= 0.05
+            e["peak_gbps"] *= 0.05
     report = assemble(events)
     named = [s.name for s in report.comparison.stragglers]
     assert "cpu:2" in named
     slow = next(s for s in report.comparison.stragglers if s.name == "cpu:2")
-    assert slow.deviation_pct > 50 and slow.value < slow.median
+    assert slow.deviation_pct > 90 and slow.value < slow.median
     validate_schema({"schema": report.schema, **{k: v for k, v in to_jsonable(report).items() if k != "schema"}}, "bench.memory")
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.baseline import check_gate
+from devctl.cli.baseline import MaxRegressionOpt, check_gate
 from devctl.cli.options import (
     CsvOpt,
     JsonOpt,
@@ -93,16 +93,6 @@ BaselineOpt = Annotated[
         autocompletion=completion.files,
         help="An earlier --json result (a regular file): exit 1 if a bandwidth-bound cell fell below it by more than its noise and --max-regression. "
         "Repeat it to pool several runs (3 or more recommended): how far they differ joins the noise band.",
-    ),
-]
-MaxRegressionOpt = Annotated[
-    Optional[str],
-    Option(
-        "--max-regression",
-        metavar="PCT",
-        autocompletion=completion.percent,
-        help="Allowed drop per cell beyond its noise band (the confidence intervals of the two medians, and how far pooled baseline runs differ), a percentage in [0%, 100%): 10% or 2.5% (default 10%). "
-        "A bare number of 1 or more is a percentage (10 = 10%); a bare number below 1 (0.1: 10% or 0.1%?) is refused.",
     ),
 ]
 GateAllSizesOpt = Annotated[

@@ -11,11 +11,13 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
+from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged, say_gate
 from devctl.cli.cluster import cluster_options
 from devctl.cli.options import CsvOpt, JsonOpt, check_output_format, check_timeout, shown, split_list
 from devctl.errors import UsageError
 from devctl.model import bench_collective as m
 from devctl.model.distributed import ClusterParams
+from devctl.units import format_size_short
 
 Option = typer.Option
 CollectiveOpt = Annotated[
@@ -75,6 +77,8 @@ def collective(
     repeats: RepeatsOpt = None,
     warmups: WarmupsOpt = None,
     budget: BudgetOpt = None,
+    baseline: BenchBaselineOpt = None,
+    max_regression: MaxRegressionOpt = None,
     timeout: WatchdogOpt = None,
     json_out: JsonOpt = False,
     csv_out: CsvOpt = False,
@@ -86,6 +90,8 @@ def collective(
     check_output_format(json_out, csv_out)
     timeout_s = check_timeout(timeout)
     opts = build_options(collective_names, sizes, quick, dtype, mesh, all_pairs, repeats, warmups, budget)
+    spec = bench_spec("bench collective")
+    request = check_bench_gate(baseline, max_regression, spec)
     if cluster is not None:
         from dataclasses import replace
 
@@ -103,7 +109,10 @@ def collective(
         return  # process 0 prints the cluster's figures
     from devctl.render import emit
 
+    report = judged(report, request, spec, m.gated)
     emit(report, json_out, csv_out=csv_out)
+    if not say_gate(report, f"latency cells ({format_size_short(m.LATENCY_MAX_BYTES)} and below)"):
+        raise typer.Exit(1)
 
 
 # ---- validation (no jax here) ------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
+from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged, say_gate
 from devctl.cli.bench_chip import (
     DeviceOpt,
     MinTimeOpt,
@@ -53,6 +54,8 @@ def matmul(
     min_time: MinTimeOpt = None,
     warmups: WarmupsOpt = None,
     device: DeviceOpt = None,
+    baseline: BenchBaselineOpt = None,
+    max_regression: MaxRegressionOpt = None,
     timeout: WatchdogOpt = None,
     json_out: JsonOpt = False,
     csv_out: CsvOpt = False,
@@ -65,6 +68,8 @@ def matmul(
         sizes=parse_sides(sizes) if sizes is not None else None,
         **chip_settings(quick, repeats, min_time, warmups),
     )
+    spec = bench_spec("bench matmul")
+    request = check_bench_gate(baseline, max_regression, spec)
     timeout_s = check_timeout(timeout)
     from devctl.collect.bench_matmul import run_matmul
     from devctl.render import emit
@@ -72,12 +77,15 @@ def matmul(
     from devctl.render.bench_matmul import progress_label
 
     with Progress(progress_label) as progress:
-        report = run_matmul(opts, timeout_s, on_event=progress.on_event)
+        report = judged(run_matmul(opts, timeout_s, on_event=progress.on_event), request, spec)
     emit(report, json_out, csv_out=csv_out)
     for line in straggler_lines(report.comparisons, "matmul"):
         stderr_line(line)
+    passed = say_gate(report)
     if any(c.verified is False for c in report.results):
         stderr_line("matmul verification failed: some products were wrong (see the notes)")
+        passed = False
+    if not passed:
         raise typer.Exit(1)
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
+from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged, say_gate
 from devctl.cli.bench_chip import (
     DeviceOpt,
     MinTimeOpt,
@@ -43,6 +44,8 @@ def memory(
     min_time: MinTimeOpt = None,
     warmups: WarmupsOpt = None,
     device: DeviceOpt = None,
+    baseline: BenchBaselineOpt = None,
+    max_regression: MaxRegressionOpt = None,
     timeout: WatchdogOpt = None,
     json_out: JsonOpt = False,
     csv_out: CsvOpt = False,
@@ -54,6 +57,8 @@ def memory(
         sizes_bytes=parse_byte_sizes(sizes) if sizes is not None else None,
         **chip_settings(quick, repeats, min_time, warmups),
     )
+    spec = bench_spec("bench memory")
+    request = check_bench_gate(baseline, max_regression, spec)
     timeout_s = check_timeout(timeout)
     from devctl.collect.bench_memory import run_memory
     from devctl.render import emit
@@ -61,12 +66,15 @@ def memory(
     from devctl.render.bench_memory import progress_label
 
     with Progress(progress_label) as progress:
-        report = run_memory(opts, timeout_s, on_event=progress.on_event)
+        report = judged(run_memory(opts, timeout_s, on_event=progress.on_event), request, spec)
     emit(report, json_out, csv_out=csv_out)
     for line in straggler_lines([report.comparison], "memory"):
         stderr_line(line)
+    passed = say_gate(report)
     if any(c.verified is False for c in report.results):
         stderr_line("memory verification failed: some copies did not produce x + 1 (see the notes)")
+        passed = False
+    if not passed:
         raise typer.Exit(1)
 
 

@@ -438,22 +438,12 @@ def _path(c: Cell) -> tuple[str, ...]:
     return (c.direction, c.variant, c.layout, c.src, c.dst)
 
 
-# The noise band of a median, from what a result records of its samples (their count, p10 and p90): the
-# half-width of its ~95% confidence interval. For roughly normal samples the p10-p90 spread is 2.563 standard
-# deviations, and a median of n samples has a standard error of 1.2533 standard deviations over sqrt(n).
-_P10_P90_SIGMAS = 2.563
-_MEDIAN_SE = 1.2533
-_Z95 = 1.96
-
-
 def noise_pct(c: Cell) -> float | None:
     """How far a cell's median could be from the path's true median by chance: the half-width of its ~95%
-    confidence interval, from its samples' p10-p90 spread and count, in percent of the median. None without the
-    figures."""
-    if c.p10_s is None or c.p90_s is None or not c.median_s or not c.samples:
-        return None
-    sigma = (c.p90_s - c.p10_s) / _P10_P90_SIGMAS
-    return _Z95 * _MEDIAN_SE * sigma / c.samples**0.5 / c.median_s * 100
+    confidence interval (devctl.model.gate.noise_pct), in percent of the median. None without the figures."""
+    from devctl.model.gate import noise_pct as median_noise
+
+    return median_noise(c.samples, c.p10_s, c.median_s, c.p90_s)
 
 
 def compare_with_baseline(cells: Iterable[Cell], baseline: Baseline, max_regression_pct: float, *, all_sizes: bool = False) -> Gate:

@@ -22,6 +22,8 @@ from typing import Any, ClassVar, Literal, TypedDict, get_args
 
 from devctl.model import from_dict, json_schema
 from devctl.model.bench import BenchDevice
+from devctl.model.gate import BenchGate, Figure
+from devctl.units import format_size_short
 
 SCHEMA = "devctl.bench.collective/1"
 
@@ -234,4 +236,27 @@ class CollectiveReport:
     environment: CollectiveEnvironment
     stragglers: tuple[StragglerFinding, ...] = ()
     hosts: tuple[HostFigure, ...] = ()  # --distributed: each process's own figures at the largest size of each collective and axis
+    gate: BenchGate | None = None  # --baseline: this run judged against earlier ones (busbw of the bandwidth cells)
     schema: str = SCHEMA
+
+
+# The regression gate (--baseline): a cell is one collective on one axis at one size and dtype (a pair: its
+# ends too), judged on its busbw; latency cells (LATENCY_MAX_BYTES and below) move with the scheduler, not the
+# links, and are not judged.
+GATE_KEY_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "collective": str, "axis": str, "ranks": int, "size_bytes": int, "dtype": str, "src": (str, type(None)), "dst": (str, type(None)),
+}  # fmt: skip
+GATE_UNIT = "GB/s"
+
+
+def gate_figure(c: CollectiveCell) -> Figure:
+    pair = f" {c.src}->{c.dst}" if c.src is not None else ""
+    label = f"{c.collective} {c.axis}{pair} {format_size_short(c.size_bytes)} {c.dtype}"
+    key = (c.collective, c.axis, c.ranks, c.size_bytes, c.dtype, c.src, c.dst)
+    return Figure(key, label, c.busbw_gbps, c.samples, c.p10_s, c.median_s, c.p90_s)
+
+
+def gated(f: Figure) -> bool:
+    """Whether the gate judges a cell: only bandwidth cells, above LATENCY_MAX_BYTES (the key's size)."""
+    return f.key[3] > LATENCY_MAX_BYTES  # type: ignore[index]  # gate_figure's key: (collective, axis, ranks, size_bytes, ...)
+

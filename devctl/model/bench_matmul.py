@@ -11,6 +11,7 @@ from typing import Any, Literal, get_args
 from devctl.model import from_dict, json_schema, to_jsonable
 from devctl.model.bench import BenchDevice
 from devctl.model.bench_chip import ChipEnvironment, ChipOptions, Comparison
+from devctl.model.gate import BenchGate, Figure
 
 SCHEMA = "devctl.bench.matmul/1"
 
@@ -95,7 +96,17 @@ class MatmulReport:
     devices: tuple[BenchDevice, ...]
     environment: ChipEnvironment
     method: str  # what was timed, in words
+    gate: BenchGate | None = None  # --baseline: this run judged against earlier ones
     schema: str = field(default=SCHEMA, metadata=json_schema(const=SCHEMA))
+
+
+# The regression gate (--baseline): a cell is one device, dtype and size, judged on its TFLOP/s.
+GATE_KEY_FIELDS: dict[str, type] = {"device": str, "dtype": str, "n": int}
+GATE_UNIT = "TFLOP/s"
+
+
+def gate_figure(c: MatmulCell) -> Figure:
+    return Figure((c.device, c.dtype, c.n), f"{c.device} {c.dtype} {c.n}x{c.n}", c.tflops, c.samples, c.p10_s, c.median_s, c.p90_s)
 
 
 METHOD = (

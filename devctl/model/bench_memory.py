@@ -11,6 +11,8 @@ from typing import Any
 from devctl.model import from_dict, json_schema, to_jsonable
 from devctl.model.bench import BenchDevice
 from devctl.model.bench_chip import GIB, MIB, ChipEnvironment, ChipOptions, Comparison
+from devctl.model.gate import BenchGate, Figure
+from devctl.units import format_size_short
 
 SCHEMA = "devctl.bench.memory/1"
 
@@ -78,7 +80,17 @@ class MemoryReport:
     devices: tuple[BenchDevice, ...]
     environment: ChipEnvironment
     method: str  # what was timed, in words
+    gate: BenchGate | None = None  # --baseline: this run judged against earlier ones
     schema: str = field(default=SCHEMA, metadata=json_schema(const=SCHEMA))
+
+
+# The regression gate (--baseline): a cell is one device at one size, judged on its GB/s.
+GATE_KEY_FIELDS: dict[str, type] = {"device": str, "size_bytes": int}
+GATE_UNIT = "GB/s"
+
+
+def gate_figure(c: MemoryCell) -> Figure:
+    return Figure((c.device, c.size_bytes), f"{c.device} {format_size_short(c.size_bytes)}", c.gbps, c.samples, c.p10_s, c.median_s, c.p90_s)
 
 
 METHOD = (

@@ -42,26 +42,17 @@ def transfer_text(report: TransferReport) -> None:
 def gate_lines(gate: Gate) -> list[str]:
     """What the regression gate found, for stderr: the verdict, each regressed cell and how far past its noise
     band it fell, and the cells left out and why."""
-    which = "cells" if gate.all_sizes else "bandwidth-bound cells"
-    base = f"baseline {gate.baseline}" + (f" ({gate.baseline_runs} runs pooled)" if gate.baseline_runs > 1 else "")
-    allowed = f"{gate.max_regression_pct:g}% beyond its noise band"
-    if not gate.regressions:
-        bands = ""
-        if gate.min_noise_pct is not None and gate.max_noise_pct is not None:
-            low, high = round(gate.min_noise_pct), round(gate.max_noise_pct)
-            bands = f" (noise band ±{low}%)" if low == high else f" (noise bands ±{low}% to ±{high}%)"
-        lines = [f"{base}: {gate.gated} {which} gated, none fell more than {allowed}{bands}"]
-    else:
-        lines = [f"{base}: {len(gate.regressions)} of {gate.gated} {which} fell more than {allowed}:"]
-    for r in gate.regressions:
-        cell = f"  {r.direction} {r.variant} {r.layout} {format_size_short(r.size_bytes)} {r.src}->{r.dst}: "
-        if r.gbps is None or r.change_pct is None:
-            lines.append(cell + f"no bandwidth now (zero-copy or skipped), baseline {figure(r.baseline_gbps)} GB/s")
-            continue
-        noise = "" if r.noise_pct is None or r.beyond_noise_pct is None else (
-            f" (noise band ±{r.noise_pct:.0f}%: {r.beyond_noise_pct:.0f} points beyond it)"
-        )
-        lines.append(cell + f"{figure(r.gbps)} GB/s, {r.change_pct:+.0f}% vs {figure(r.baseline_gbps)} GB/s{noise}")
+    from devctl.render.gate import Fell, verdict_lines
+
+    fell = [
+        Fell(f"{r.direction} {r.variant} {r.layout} {format_size_short(r.size_bytes)} {r.src}->{r.dst}",
+             r.gbps, r.change_pct, r.baseline_gbps, r.noise_pct, r.beyond_noise_pct)
+        for r in gate.regressions
+    ]  # fmt: skip
+    lines = verdict_lines(
+        gate.baseline, gate.baseline_runs, gate.max_regression_pct, "cells" if gate.all_sizes else "bandwidth-bound cells",
+        gate.gated, fell, "GB/s", gate.min_noise_pct, gate.max_noise_pct, "no bandwidth now (zero-copy or skipped)",
+    )  # fmt: skip
     if gate.latency_bound:
         lines.append(f"{gate.latency_bound} latency-bound cells not gated; --gate-all-sizes gates them")
     if gate.one_size:

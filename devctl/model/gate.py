@@ -1,0 +1,151 @@
+"""The noise-aware regression gate of `bench memory`, `bench matmul` and `bench collective` (--baseline): the rule of
+`bench transfer`'s gate (devctl.model.bench.compare_with_baseline, README "CI gate") over any bench's cells.
+
+A cell is seen as a Figure: what identifies it across runs (its key, and a label for people), its headline figure
+(GB/s, TFLOP/s: higher is better) and its samples' count, p10, median and p90. A cell regresses when its figure
+falls below the baseline's by more than the allowed drop plus the noise band: the ~95% confidence interval of
+each median (noise_pct), and, for a baseline of several runs, the wider of that and half the range of the runs'
+figures (pool). Pure stdlib: the CLI builds and renders these without jax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Callable, Hashable, Iterable
+
+from devctl.model import json_schema
+
+# For roughly normal samples the p10-p90 spread is 2.563 standard deviations; a median of n samples has a
+# standard error of 1.2533 standard deviations over sqrt(n); 1.96 of those bound ~95% of its chance moves.
+_P10_P90_SIGMAS = 2.563
+_MEDIAN_SE = 1.2533
+_Z95 = 1.96
+
+
+def noise_pct(samples: int | None, p10_s: float | None, median_s: float | None, p90_s: float | None) -> float | None:
+    """How far a median of `samples` timings could lie from the true one by chance: the half-width of its ~95%
+    confidence interval, from the p10-p90 spread, in percent of the median. None without the figures."""
+    if p10_s is None or p90_s is None or not median_s or not samples:
+        return None
+    sigma = (p90_s - p10_s) / _P10_P90_SIGMAS
+    return _Z95 * _MEDIAN_SE * sigma / samples**0.5 / median_s * 100
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One cell as the gate sees it."""
+
+    key: Hashable  # what identifies the cell from run to run
+    label: str  # how a person names it: "cuda:0 1G", "all-reduce data 64M float32"
+    value: float | None  # the headline figure, higher is better; None: nothing measured
+    samples: int = 0
+    p10_s: float | None = None
+    median_s: float | None = None
+    p90_s: float | None = None
+
+    @property
+    def noise_pct(self) -> float | None:
+        return noise_pct(self.samples, self.p10_s, self.median_s, self.p90_s)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One or more earlier runs' figures, read and validated by the CLI."""
+
+    name: str  # the file(s), as the user named them
+    figures: dict[Hashable, Figure]  # only cells with a figure and its samples' spread
+    runs: int = 1
+    run_spread_pct: dict[Hashable, float] = field(default_factory=dict)  # per cell, half the range of the runs' figures, in %
+
+
+def pool(baselines: list[Baseline]) -> Baseline:
+    """Several runs as one baseline: per cell the median of the runs' figures and timings (the fewest samples, so
+    the interval is not overstated), and half the range of the runs' figures in percent of their median."""
+    if len(baselines) == 1:
+        return baselines[0]
+    runs: dict[Hashable, list[Figure]] = {}
+    for b in baselines:
+        for key, f in b.figures.items():
+            runs.setdefault(key, []).append(f)
+    figures, spread = {}, {}
+    for key, fs in runs.items():
+        values = [f.value for f in fs if f.value is not None]
+        value = median(values)
+        figures[key] = Figure(
+            key, fs[0].label, value,
+            samples=min(f.samples for f in fs),
+            p10_s=median(f.p10_s for f in fs if f.p10_s is not None),
+            median_s=median(f.median_s for f in fs if f.median_s is not None),
+            p90_s=median(f.p90_s for f in fs if f.p90_s is not None),
+        )  # fmt: skip
+        spread[key] = (max(values) - min(values)) / 2 / value * 100
+    return Baseline(", ".join(b.name for b in baselines), figures, sum(b.runs for b in baselines), spread)
+
+
+@dataclass(frozen=True)
+class BenchGateRequest:
+    """--baseline and --max-regression, validated."""
+
+    baseline: Baseline
+    max_regression_pct: float
+
+
+@dataclass(frozen=True)
+class GateRegression:
+    """A gated cell whose figure fell below the baseline's by more than the allowed drop plus its noise band."""
+
+    cell: str  # the cell, as its bench names it
+    baseline: float  # the baseline's figure (the median of its runs')
+    value: float | None  # this run's; None: nothing measured now (a regression, whatever the noise)
+    change_pct: float | None  # negative: slower than the baseline
+    noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the noise band: this run's ~95% interval plus the baseline's (or the spread of its runs, the wider)
+    beyond_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # points by which the drop went past the band
+
+
+@dataclass(frozen=True)
+class BenchGate:
+    """This run judged against earlier ones (--baseline)."""
+
+    baseline: str  # the file(s), as the user named them
+    unit: str  # of the figures compared: "GB/s" (memory copy, collective busbw), "TFLOP/s"
+    max_regression_pct: float = field(metadata=json_schema(minimum=0, exclusiveMaximum=100))  # the drop allowed beyond the noise band
+    passed: bool
+    compared: int = field(default=0, metadata=json_schema(minimum=0))  # cells in both runs with a figure in the baseline
+    gated: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells judged
+    not_gated: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells left out (latency-bound collectives)
+    regressions: tuple[GateRegression, ...] = ()
+    min_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))
+    max_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))
+    baseline_runs: int = field(default=1, metadata=json_schema(minimum=1))
+
+
+def judge(
+    figures: Iterable[Figure], baseline: Baseline, max_regression_pct: float, unit: str,
+    gated: Callable[[Figure], bool] = lambda f: True,
+) -> BenchGate:  # fmt: skip
+    """Every cell of this run that the baseline has, those `gated` accepts judged against their noise band."""
+    compared = judged = left_out = 0
+    regressions, bands = [], []
+    for f in figures:
+        base = baseline.figures.get(f.key)
+        if base is None or base.value is None:
+            continue
+        compared += 1
+        if not gated(base):
+            left_out += 1
+            continue
+        judged += 1
+        if f.value is None:
+            regressions.append(GateRegression(f.label, base.value, None, None))
+            continue
+        band = max(base.noise_pct or 0.0, baseline.run_spread_pct.get(f.key, 0.0)) + (f.noise_pct or 0.0)
+        bands.append(band)
+        change = (f.value / base.value - 1) * 100
+        beyond = -change - band
+        if beyond > max_regression_pct:
+            regressions.append(GateRegression(f.label, base.value, f.value, change, band, beyond))
+    return BenchGate(
+        baseline.name, unit, max_regression_pct, not regressions, compared, judged, left_out, tuple(regressions),
+        min(bands, default=None), max(bands, default=None), baseline.runs,
+    )  # fmt: skip

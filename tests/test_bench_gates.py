@@ -1,0 +1,100 @@
+"""--baseline of `bench memory`, `bench matmul` and `bench collective`: the gate of `bench transfer` (its rule is
+tested in test_units_bench.py) over each bench's cells, end to end on forced CPU devices, and the shared model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import assert_usage_error, devctl_env, run_devctl, validate_schema
+
+from devctl.model.gate import Baseline, Figure, judge, noise_pct, pool
+
+# Each command at its quickest, and what its cells are judged on.
+COMMANDS = {
+    "memory": (["bench", "memory", "--quick", "--repeats", "5"], "gbps", "GB/s"),
+    "matmul": (["bench", "matmul", "--quick", "--dtype", "f32", "--repeats", "5"], "tflops", "TFLOP/s"),
+    "collective": (["bench", "collective", "--quick", "--collective", "all-reduce", "--sizes", "4K,1M"], "busbw_gbps", "GB/s"),
+}
+
+
+def faster(doc: dict, value: str, factor: float) -> dict:
+    """The run as if every cell had been `factor` times faster, with a tight spread: any rerun falls far below it."""
+    out = json.loads(json.dumps(doc))
+    for c in out["results"]:
+        if c.get(value) is not None:
+            c[value] *= factor
+            c["median_s"] /= factor
+            c["p10_s"], c["p90_s"] = c["median_s"] * 0.995, c["median_s"] * 1.005
+    return out
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_each_bench_gates_against_its_own_runs_and_names_what_fell(tmp_path, name):
+    args, value, unit = COMMANDS[name]
+    env = devctl_env(devices=2)
+    first = run_devctl(*args, "--json", env=env)
+    assert first.returncode == 0, first.stderr
+    base = json.loads(first.stdout)
+    (tmp_path / "base.json").write_text(json.dumps(base))
+    (tmp_path / "fast.json").write_text(json.dumps(faster(base, value, 1000)))
+    (tmp_path / "fast2.json").write_text(json.dumps(faster(base, value, 1010)))
+
+    # Against itself at 99%: passes, says how many cells it judged, and the JSON carries the verdict.
+    proc = run_devctl(*args, "--baseline", str(tmp_path / "base.json"), "--max-regression", "99%", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    validate_schema(doc, f"bench.{name}")
+    gate = doc["gate"]
+    assert gate["passed"] is True and gate["unit"] == unit and gate["gated"] >= 1 and gate["baseline_runs"] == 1
+    assert "none fell more than 99% beyond its noise band" in proc.stderr
+
+    # Against two runs 1000x faster, pooled: every judged cell fell, each named with its figure and band.
+    proc = run_devctl(*args, "--baseline", str(tmp_path / "fast.json"), "--baseline", str(tmp_path / "fast2.json"), "--json", env=env)
+    assert proc.returncode == 1, proc.stderr
+    gate = json.loads(proc.stdout)["gate"]
+    assert gate["passed"] is False and gate["baseline_runs"] == 2 and len(gate["regressions"]) == gate["gated"]
+    assert all(r["change_pct"] < -10 and r["beyond_noise_pct"] > 10 for r in gate["regressions"]), gate
+    assert f"(2 runs pooled): {gate['gated']} of {gate['gated']} cells fell more than 10%" in proc.stderr
+    assert f" {unit}, -" in proc.stderr and "Traceback" not in proc.stderr
+    if name == "collective":  # the 4K cells are latency: not judged, and counted
+        assert gate["not_gated"] == 1 and "1 latency cells (64K and below) not gated" in proc.stderr
+        assert [r["cell"] for r in gate["regressions"]] == ["all-reduce devices 1M float32"]
+
+
+def test_a_baseline_of_another_bench_or_edited_is_one_line_exit_2(tmp_path):
+    env = devctl_env(devices=1)
+    (tmp_path / "other.json").write_text(json.dumps({"schema": "devctl.bench.transfer/1", "results": []}))
+    assert_usage_error(run_devctl("bench", "matmul", "--baseline", str(tmp_path / "other.json"), env=env), "not a devctl bench matmul result")
+    cell = {"device": "cpu:0", "size_bytes": 1 << 28, "gbps": 20.0, "samples": 5}  # no spread: cannot be judged honestly
+    (tmp_path / "edited.json").write_text(json.dumps({"schema": "devctl.bench.memory/1", "results": [cell]}))
+    assert_usage_error(run_devctl("bench", "memory", "--baseline", str(tmp_path / "edited.json"), env=env), "results[0]", "p10_s")
+    assert_usage_error(run_devctl("bench", "collective", "--max-regression", "5%", env=env), "--max-regression needs --baseline")
+    ok = {"device": "cpu:0", "size_bytes": 1 << 28, "gbps": 20.0, "samples": 5, "p10_s": 0.02, "median_s": 0.026, "p90_s": 0.03}
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"schema": "devctl.bench.memory/1", "results": [{**ok, "device": "cuda:7"}]}))
+    proc = run_devctl("bench", "memory", "--quick", "--baseline", str(tmp_path / "elsewhere.json"), env=env)
+    assert_usage_error(proc, "has no cell matching this run")
+
+
+# ---- the shared model ----------------------------------------------------------------------------------------
+
+
+def fig(key: str, value: float, noise: float = 0.02, samples: int = 10) -> Figure:
+    """A cell whose median's confidence interval is +/- `noise` (a fraction)."""
+    half = noise * samples**0.5 / (2 * 1.96 * 1.2533 / 2.563)
+    return Figure(key, key, value, samples, 1 - half, 1.0, 1 + half)
+
+
+def test_judge_uses_the_transfer_gates_band_and_pooling():
+    assert fig("a", 1).noise_pct == pytest.approx(2.0) and noise_pct(10, None, 1.0, 2.0) is None
+    base = Baseline("b", {"a": fig("a", 100), "b": fig("b", 100)})
+    gate = judge([fig("a", 87), fig("b", 80)], base, 10, "GB/s")  # bands 4%: -13% passes, -20% fails
+    assert [r.cell for r in gate.regressions] == ["b"] and gate.regressions[0].beyond_noise_pct == pytest.approx(16.0)
+    # Three runs lying 20 apart widen the band to half that range (10% of their median 100).
+    runs = [Baseline(n, {"b": fig("b", v)}) for n, v in (("r1", 90), ("r2", 100), ("r3", 110))]
+    pooled = pool(runs)
+    assert pooled.runs == 3 and pooled.figures["b"].value == 100 and pooled.run_spread_pct["b"] == pytest.approx(10.0)
+    assert judge([fig("b", 80)], pooled, 10, "GB/s").passed  # -20% inside 10 + 2 + 10
+    assert not judge([fig("b", 70)], pooled, 10, "GB/s").passed
+    left_out = judge([fig("a", 1)], base, 10, "GB/s", gated=lambda f: False)
+    assert (left_out.compared, left_out.gated, left_out.not_gated, left_out.passed) == (1, 0, 1, True)
