@@ -145,7 +145,7 @@ def complete(shell: str, line: str, home: Path) -> Answer:
 
 # ---- values: every fixed list, listed by every shell ------------------------------------------------------
 
-COMMANDS = {"list", "plugins", "env", "memstats", "check", "doctor", "bench"}
+COMMANDS = {"list", "plugins", "env", "memstats", "check", "doctor", "exporter", "bench"}
 DIRECTIONS = {"h2d", "d2h", "d2d", "d2d-self", "all"}
 
 

@@ -50,6 +50,7 @@ COMMANDS = {
     "memstats": ("memstats", "memstats"),
     "check": ("check", "check"),
     "doctor": ("doctor", "doctor"),
+    "exporter": ("exporter", "exporter"),
     "bench": ("bench", "bench_app"),
 }
 _registered: set[str] = set()

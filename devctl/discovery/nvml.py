@@ -400,3 +400,22 @@ def _pcie_link(gpu: str | int) -> GpuPcieLink:
     if handle is None:
         return GpuPcieLink(gpu, None, None, None, None, None, None, f.unavailable)
     return GpuPcieLink(gpu=gpu, pci_bus_id=f.pci_bus_id(handle), **f.pcie_link(handle), unavailable=f.unavailable)
+
+
+# --- utilization: the exporter ---------------------------------------------------------
+
+
+def utilization() -> dict[int, tuple[float | None, float | None]]:
+    """Per GPU index, the share of the last sample period (1/6 s to 1 s, by product) in which a kernel ran and in
+    which device memory was read or written, as ratios; None where the GPU does not say. {} without NVML."""
+    try:
+        with nvml_initialized():
+            count, _ = query("nvmlDeviceGetCount")
+            out: dict[int, tuple[float | None, float | None]] = {}
+            for index in range(count or 0):
+                handle, _ = query("nvmlDeviceGetHandleByIndex", index)
+                rates, _ = query("nvmlDeviceGetUtilizationRates", handle) if handle is not None else (None, None)
+                out[index] = (rates.gpu / 100, rates.memory / 100) if rates is not None else (None, None)
+            return out
+    except NvmlUnavailable:
+        return {}

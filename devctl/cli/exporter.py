@@ -1,0 +1,199 @@
+"""`devctl exporter`: JAX-aware accelerator metrics for Prometheus, served on /metrics or written to a textfile for
+node-exporter. Flags are checked here before anything is probed; prometheus_client is imported only when the
+exporter runs (never for --help or completion)."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+import time
+from typing import Annotated, Optional
+
+import typer
+
+from devctl.cli import completion
+from devctl.cli.options import check_output_path, check_timeout, shown, write_output
+from devctl.errors import UsageError
+from devctl.model.exporter import DEFAULT_LISTEN, DEFAULT_SCRAPE_TIMEOUT_S
+
+ListenOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--listen",
+        metavar="HOST:PORT",
+        help=f"Serve /metrics here (default {DEFAULT_LISTEN}: this host only). 0.0.0.0:PORT or [::]:PORT serves every "
+        "interface: the metrics name your jobs' commands and pids.",
+    ),
+]
+TextfileOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--textfile",
+        metavar="PATH",
+        autocompletion=completion.files,
+        help="Instead of serving, write the metrics to PATH every --interval seconds, replaced whole (node-exporter's "
+        "textfile collector reads *.prom).",
+    ),
+]
+IntervalOpt = Annotated[Optional[float], typer.Option("--interval", metavar="SECONDS", help="With --textfile: seconds between writes (default 15, at least 1).")]
+PerProcessOpt = Annotated[
+    bool, typer.Option("--per-process", help="Also export NVML's per-process GPU memory (pids of the host's pid namespace, and commands).")
+]
+OnceOpt = Annotated[bool, typer.Option("--once", help="Print one collection on stdout and exit.")]
+TimeoutOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--timeout", metavar="SECONDS",
+        help=f"Bound on each scrape's sources (default {DEFAULT_SCRAPE_TIMEOUT_S:g}) and on the probe at start (at most 60).",
+    ),
+]  # fmt: skip
+
+DEFAULT_INTERVAL_S = 15.0
+
+
+def exporter(
+    listen: ListenOpt = None,
+    textfile: TextfileOpt = None,
+    interval: IntervalOpt = None,
+    per_process: PerProcessOpt = False,
+    once: OnceOpt = False,
+    timeout: TimeoutOpt = None,
+) -> None:
+    """Prometheus metrics: every publishing job's allocator, the driver's view (NVML), TPU chips, the host."""
+    if textfile is not None and listen is not None:
+        raise UsageError("--textfile writes a file instead of serving: give --textfile or --listen, not both")
+    if once and (textfile is not None or listen is not None):
+        raise UsageError("--once prints one collection on stdout: not with --listen or --textfile")
+    if interval is not None and textfile is None:
+        raise UsageError("--interval needs --textfile PATH (a server is scraped at Prometheus' own interval)")
+    interval_s = check_interval(interval)
+    address = parse_listen(listen or DEFAULT_LISTEN)
+    if textfile is not None:
+        check_output_path("--textfile", textfile)
+    timeout_s = check_timeout(timeout) if timeout is not None else DEFAULT_SCRAPE_TIMEOUT_S
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from devctl.collect.exporter import Exporter
+    from devctl.render.prometheus import Collector
+
+    source = Exporter(per_process=per_process, probe_timeout_s=max(timeout_s, 30.0))
+    server = None if once or textfile is not None else _bind(address)  # a port in use is said before probing
+    try:
+        source.start()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(Collector(source, timeout_s))
+        if once:
+            sys.stdout.write(generate_latest(registry).decode("utf-8"))
+            return
+        if textfile is not None:
+            _write_every(textfile, interval_s, lambda: generate_latest(registry))
+            return
+        assert server is not None
+        _serve(server, registry, address)
+    finally:
+        if server is not None:
+            server.server_close()
+        source.close()
+
+
+def check_interval(value: float | None) -> float:
+    if value is None:
+        return DEFAULT_INTERVAL_S
+    if not (1 <= value <= 86400):  # NaN fails this too
+        raise UsageError(f"--interval must be between 1 and 86400 seconds, got {value:g}")
+    return value
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """HOST:PORT, [IPv6]:PORT: the address to bind, as given (a name is resolved by the bind, not here)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isascii() or not port.isdigit() or not (1 <= int(port) <= 65535):
+        raise UsageError(f"--listen {shown(text)} is not HOST:PORT (e.g. 127.0.0.1:9479, [::1]:9479, 0.0.0.0:9479)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise UsageError(f"--listen {shown(text)}: {shown(host)} is not an IPv6 address") from None
+    elif ":" in host:
+        raise UsageError(f"--listen {shown(text)}: write an IPv6 address in brackets, e.g. [::1]:{port}")
+    return host, int(port)
+
+
+def _bind(address: tuple[str, int]):
+    """The HTTP server bound where the user said (never more); a port in use or an address not here: exit 2."""
+    import socket
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args) -> None:  # a scrape every 15 s is not news
+            pass
+
+    class Server(WSGIServer):
+        address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        allow_reuse_address = True
+
+    host, port = address
+    try:
+        server = Server((host, port), Quiet)
+    except OSError as e:
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if e.errno == 98:  # EADDRINUSE
+            raise UsageError(f"--listen {where}: the port is in use (another exporter?); give another with --listen HOST:PORT") from None
+        raise UsageError(f"--listen {where}: cannot listen there: {e.strerror or e}") from None
+    server.timeout = 0.5  # handle_request() returns this often, so a signal is answered promptly
+    return server
+
+
+def _serve(server, registry, address: tuple[str, int]) -> None:
+    from prometheus_client import make_wsgi_app
+
+    server.set_app(make_wsgi_app(registry))
+    host, port = address
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    sys.stderr.write(f"devctl exporter: serving http://{where}/metrics\n")
+    sys.stderr.flush()
+    with _Stop() as stop:
+        while not stop.signum:
+            server.handle_request()
+
+
+def _write_every(path: str, interval_s: float, render) -> None:
+    with _Stop() as stop:
+        while not stop.signum:
+            started = time.monotonic()
+            write_output("--textfile", path, render())
+            stop.event.wait(max(0.0, interval_s - (time.monotonic() - started)))
+
+
+class _Stop:
+    """SIGTERM, SIGINT and SIGHUP end the loop between two requests or writes, then exit as every devctl command
+    does (128 + the signal). Raised inside a request instead, the exit would be caught by wsgiref's error handler
+    and lost; here the caller's `finally` closes the socket."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.signum = 0
+        self.event = threading.Event()
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _Stop:
+        import signal
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            self._previous[sig] = signal.signal(sig, self._stop)
+        return self
+
+    def _stop(self, signum: int, _frame) -> None:
+        self.signum = signum
+        self.event.set()
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]  # what signal.signal returned
+        if self.signum and exc[0] is None:
+            raise SystemExit(128 + self.signum)

@@ -1,0 +1,240 @@
+"""`devctl exporter`: what one scrape collects, source by source, each bounded in time.
+
+At start, one probe child asks JAX what a new process gets on each device (bytes_limit), as `devctl memstats`
+does, and exits: no JAX client stays open in the exporter, so it holds no device between scrapes. Each scrape
+then reads the publishers' snapshot files, NVML, the TPU chips and the host, in parallel threads, and waits at
+most `timeout_s` for them: a source that fails or is late is reported (devctl_collect_success 0) and leaves out
+only its own metrics. A source still running from an earlier scrape is not started twice.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any, Callable
+
+from devctl.hostroot import HostRoot
+from devctl.model.exporter import SOURCES, Collection, Sample, SourceResult
+
+# A job's command in a label: one line, bounded (labels are kept by Prometheus for every series).
+JOB_LABEL_CHARS = 120
+# The allocator's own names for what the job metrics export (PJRT's memory_stats keys).
+_JOB_STATS = {
+    "devctl_job_memory_in_use_bytes": "bytes_in_use",
+    "devctl_job_memory_peak_bytes": "peak_bytes_in_use",
+    "devctl_job_memory_limit_bytes": "bytes_limit",
+    "devctl_job_memory_largest_free_block_bytes": "largest_free_block_bytes",
+}
+
+
+class Exporter:
+    def __init__(self, *, host_root: str = "/", publisher_dir: str | None = None, per_process: bool = False, probe_timeout_s: float = 30.0):
+        self.root = HostRoot(host_root)
+        self.publisher_dir = publisher_dir
+        self.per_process = per_process
+        self.probe_timeout_s = probe_timeout_s
+        self.probed: list[Any] = []  # the probe's MemDevices (source "jax"): what a new process gets
+        self.probe_error: str | None = None
+        self.versions: dict[str, str] = {}
+        self._pool = ThreadPoolExecutor(max_workers=len(SOURCES), thread_name_prefix="devctl-exporter")
+        self._running: dict[str, Future] = {}
+
+    def start(self) -> None:
+        """Probe JAX once (the child exits) and read the versions; a bad --publisher-dir is bad input here."""
+        from devctl.collect.memstats import MemstatsSampler
+        from devctl.errors import DevctlError
+
+        sampler = MemstatsSampler(device_filter=None, timeout_s=self.probe_timeout_s, host_root=self.root.root, publisher_dir=self.publisher_dir)
+        try:
+            snapshot = sampler.first()
+            self.probed = [d for d in snapshot.devices if d.source == "jax"]
+        except DevctlError as e:
+            if type(e).__name__ in ("UsageError", "InputRejected"):
+                raise
+            self.probe_error = str(e)
+        self.versions = _versions()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def collect(self, timeout_s: float) -> Collection:
+        started = time.monotonic()
+        readers: dict[str, Callable[[], list[Sample]]] = {
+            "publishers": self._publishers,
+            "nvml": self._nvml,
+            "tpu": self._tpu,
+            "host": self._host,
+        }
+        futures: dict[str, Future] = {}
+        busy: list[str] = []
+        for name, read in readers.items():
+            previous = self._running.get(name)
+            if previous is not None and not previous.done():
+                busy.append(name)
+                continue
+            futures[name] = self._running[name] = self._pool.submit(_timed, read)
+        wait(list(futures.values()), timeout=timeout_s)
+        out = Collection()
+        for name in busy:
+            out.sources[name] = SourceResult(False, 0.0, "still running since an earlier scrape")
+        for name, future in futures.items():
+            if not future.done():
+                out.sources[name] = SourceResult(False, round(time.monotonic() - started, 6), f"no answer within {timeout_s:g} s")
+                continue
+            samples, seconds, error = future.result()
+            out.sources[name] = SourceResult(error is None, round(seconds, 6), error)
+            out.samples.extend(samples)
+        out.samples.extend(self._probe_samples())
+        out.sources["probe"] = SourceResult(self.probe_error is None, 0.0, self.probe_error)
+        out.samples.append(Sample("devctl", self.versions, 1.0))
+        out.sources["versions"] = SourceResult(True, 0.0)
+        out.samples.extend(_headroom(out.samples))
+        return out
+
+    # ---- the sources ----------------------------------------------------------------------------
+
+    def _publishers(self) -> list[Sample]:
+        from devctl.discovery.publishers import read_publishers
+        from devctl.text import printable
+
+        report = read_publishers(self.publisher_dir)
+        samples = []
+        for p in report.publishers:
+            job = {"pid": str(p.pid), "job": printable(" ".join(p.command), JOB_LABEL_CHARS) or "?", "host": printable(p.hostname, 120)}
+            if p.age_s is not None:
+                samples.append(Sample("devctl_job_snapshot_age_seconds", job, max(p.age_s, 0.0)))
+            for d in p.devices:
+                labels = {**job, "process_index": str(d.process_index), "device": f"{d.platform}:{d.id}",
+                          "platform": d.platform, "device_kind": printable(d.device_kind, 120)}  # fmt: skip
+                for metric, key in _JOB_STATS.items():
+                    value = (d.memory_stats or {}).get(key)
+                    if isinstance(value, int) and value >= 0:
+                        samples.append(Sample(metric, labels, float(value)))
+                samples.append(Sample("devctl_job_live_array_bytes", labels, float(d.live_bytes)))
+                samples.append(Sample("devctl_job_live_arrays", labels, float(d.live_arrays)))
+        return samples
+
+    def _probe_samples(self) -> list[Sample]:
+        return [
+            Sample("devctl_device_memory_limit_bytes", {"device": d.key, "platform": d.platform, "device_kind": d.device_kind}, float(d.bytes_limit))
+            for d in self.probed
+            if d.bytes_limit is not None
+        ]
+
+    def _nvml(self) -> list[Sample]:
+        from devctl.discovery.nvml import nvml_health, nvml_report, nvml_session, utilization
+
+        with nvml_session():
+            report = nvml_report(processes=self.per_process)
+            if report.status == "unavailable":
+                return []  # no driver or library: a CPU host, no GPU metrics (and not a failure)
+            if report.status != "ok":
+                raise RuntimeError(report.reason or "NVML failed")
+            health = {h.index: h for h in nvml_health(self.root).gpus}
+            rates = utilization()
+        # The JAX device each GPU is, where the probe matched them (by PCI bus id, as `devctl memstats` does).
+        jax_key = {d.driver["index"]: d.key for d in self.probed if d.driver}
+        samples: list[Sample] = []
+        for g in report.gpus:
+            device = jax_key.get(g.index, "")
+            labels = {"gpu": str(g.index), "uuid": g.uuid or "", "pci_bus_id": g.pci_bus_id or "", "name": g.name or "", "device": device}
+            add = _adder(samples, labels)
+            add("devctl_gpu_memory_used_bytes", g.memory_used_bytes)
+            add("devctl_gpu_memory_total_bytes", g.memory_total_bytes)
+            add("devctl_gpu_temperature_celsius", g.temperature_c)
+            add("devctl_gpu_power_watts", g.power_draw_w)
+            add("devctl_gpu_power_limit_watts", g.power_limit_w)
+            add("devctl_gpu_pcie_link_generation", g.pcie_link_gen_current, state="current")
+            add("devctl_gpu_pcie_link_generation", g.pcie_link_gen_max, state="max")
+            add("devctl_gpu_pcie_link_width", g.pcie_link_width_current, state="current")
+            add("devctl_gpu_pcie_link_width", g.pcie_link_width_max, state="max")
+            gpu_rate, memory_rate = rates.get(g.index, (None, None))
+            add("devctl_gpu_utilization_ratio", gpu_rate)
+            add("devctl_gpu_memory_utilization_ratio", memory_rate)
+            h = health.get(g.index)
+            if h is not None:
+                add("devctl_gpu_ecc_uncorrected_errors_total", h.ecc_uncorrected_volatile, scope="volatile")
+                add("devctl_gpu_ecc_uncorrected_errors_total", h.ecc_uncorrected_aggregate, scope="aggregate")
+                add("devctl_gpu_remapped_rows_uncorrectable", h.remapped_rows_uncorrectable)
+                for reason in h.throttle_reasons:
+                    add("devctl_gpu_throttle_active", 1, reason=reason)
+            if self.per_process:
+                for proc in report.processes:
+                    if proc.gpu_index == g.index and proc.used_memory_bytes is not None:
+                        add("devctl_gpu_process_memory_used_bytes", proc.used_memory_bytes, pid=str(proc.pid), command=_command(proc.command))
+        return samples
+
+    def _tpu(self) -> list[Sample]:
+        from devctl.discovery.tpu import tpu_info
+
+        samples: list[Sample] = []
+        for chip in tpu_info(self.root).chips:
+            if chip.hbm_bytes is not None:
+                samples.append(Sample("devctl_tpu_chip_hbm_bytes", {"chip": str(chip.index), "version": chip.version, "pci_address": chip.pci_address}, float(chip.hbm_bytes)))
+            for holder in chip.holders:
+                labels = {"chip": str(chip.index), "version": chip.version, "pid": str(holder.pid), "command": _command(holder.command)}
+                samples.append(Sample("devctl_tpu_chip_holder", labels, 1.0))
+        return samples
+
+    def _host(self) -> list[Sample]:
+        from devctl.discovery.host import host_info
+
+        h = host_info(self.root)
+        samples: list[Sample] = []
+        add = _adder(samples, {})
+        add("devctl_host_memory_total_bytes", h.memory_total_bytes)
+        add("devctl_host_memory_available_bytes", h.memory_available_bytes)
+        add("devctl_host_shm_total_bytes", h.shm_total_bytes)
+        if h.shm_total_bytes is not None and h.shm_free_bytes is not None:
+            add("devctl_host_shm_used_bytes", h.shm_total_bytes - h.shm_free_bytes)
+        return samples
+
+
+def _timed(read: Callable[[], list[Sample]]) -> tuple[list[Sample], float, str | None]:
+    """A source's samples, its seconds and its error (one line); a failing source is an error, never a crash."""
+    started = time.monotonic()
+    try:
+        return read(), time.monotonic() - started, None
+    except Exception as e:  # any source's fault is that source's: reported, the others go on
+        return [], time.monotonic() - started, f"{type(e).__name__}: {' '.join(str(e).split())}"[:300]
+
+
+def _adder(samples: list[Sample], labels: dict[str, str]) -> Callable[..., None]:
+    def add(name: str, value: float | int | None, **extra: str) -> None:
+        if value is not None:
+            samples.append(Sample(name, {**labels, **extra}, float(value)))
+
+    return add
+
+
+def _command(command: str | None) -> str:
+    from devctl.text import printable
+
+    return printable(command or "?", JOB_LABEL_CHARS)
+
+
+def _headroom(samples: list[Sample]) -> list[Sample]:
+    """The smallest bytes_limit minus peak over every job's device, and where it is."""
+    limits: dict[tuple, float] = {}
+    peaks: dict[tuple, float] = {}
+    for s in samples:
+        if s.name in ("devctl_job_memory_limit_bytes", "devctl_job_memory_peak_bytes"):
+            key = (s.labels["pid"], s.labels["device"])
+            (limits if s.name.endswith("limit_bytes") else peaks)[key] = s.value
+    room = {key: limits[key] - peaks[key] for key in limits if key in peaks}
+    if not room:
+        return []
+    (pid, device), value = min(room.items(), key=lambda kv: kv[1])
+    return [Sample("devctl_headroom_bytes", {"where": f"{device} (pid {pid})"}, value)]
+
+
+def _versions() -> dict[str, str]:
+    from devctl.discovery.nvml import nvml_report
+    from devctl.discovery.versions import installed_packages
+    from devctl.version import __version__
+
+    packages = installed_packages()
+    version = {p.name: p.version or "" for p in packages}
+    plugins = ",".join(f"{p.name}=={p.version}" for p in packages if p.role in ("plugin", "pjrt", "libtpu") and p.version)
+    nvml = nvml_report()
+    return {"devctl": __version__, "jax": version.get("jax", ""), "jaxlib": version.get("jaxlib", ""), "plugins": plugins, "driver": nvml.driver_version or ""}

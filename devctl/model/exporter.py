@@ -1,0 +1,100 @@
+"""`devctl exporter`: the metrics it exports, as data (names, kinds, help, labels), and what one collection found.
+
+The README's metric table, the Grafana dashboard's test and the collector all read METRICS, so a metric is named
+in one place. Names follow Prometheus' conventions as dcgm-exporter 4.9 moved to: a `devctl_` prefix, base units
+as suffixes (`_bytes`, `_seconds`, `_ratio`, `_celsius`, `_watts`), `_total` on counters. Pure stdlib.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+# Not dcgm-exporter's 9400, node-exporter's 9100, nvidia_gpu_exporter's 9835 or Prometheus' own 9090-9093.
+DEFAULT_PORT = 9479
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
+# Each scrape waits this long for its sources; a source still running is reported failed, never waited for.
+DEFAULT_SCRAPE_TIMEOUT_S = 5.0
+
+Kind = Literal["gauge", "counter", "info"]
+
+JOB = ("pid", "job", "host", "process_index", "device", "platform", "device_kind")
+GPU = ("gpu", "uuid", "pci_bus_id", "name", "device")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str  # the full exported name (a counter's with its _total)
+    kind: Kind
+    help: str
+    labels: tuple[str, ...] = ()
+    source: str = ""  # the source whose collection fills it (devctl_collect_success{source=...})
+
+
+METRICS: tuple[MetricSpec, ...] = (
+    # What each running job's own allocator reports, through devctl.monitor.publish().
+    MetricSpec("devctl_job_memory_in_use_bytes", "gauge", "Bytes in use by the job's JAX allocator on a device (memory_stats bytes_in_use).", JOB, "publishers"),
+    MetricSpec("devctl_job_memory_peak_bytes", "gauge", "Peak bytes in use by the job's JAX allocator (memory_stats peak_bytes_in_use).", JOB, "publishers"),
+    MetricSpec("devctl_job_memory_limit_bytes", "gauge", "Bytes the job's JAX allocator may use on a device (memory_stats bytes_limit).", JOB, "publishers"),
+    MetricSpec("devctl_job_memory_largest_free_block_bytes", "gauge", "Largest free block of the job's JAX allocator (memory_stats largest_free_block_bytes).", JOB, "publishers"),
+    MetricSpec("devctl_job_live_array_bytes", "gauge", "Bytes of the job's live jax.Array shards on a device (replicas counted on each device).", JOB, "publishers"),
+    MetricSpec("devctl_job_live_arrays", "gauge", "Live jax.Arrays of the job with a shard on a device.", JOB, "publishers"),
+    MetricSpec("devctl_job_snapshot_age_seconds", "gauge", "Age of the job's last published snapshot.", ("pid", "job", "host"), "publishers"),
+    # What a new JAX process would get on each device now (a probe child at start, as `devctl memstats` runs).
+    MetricSpec("devctl_device_memory_limit_bytes", "gauge", "bytes_limit a new JAX process gets on a device (probed once at start).", ("device", "platform", "device_kind"), "probe"),
+    # The driver's view (NVML).
+    MetricSpec("devctl_gpu_memory_used_bytes", "gauge", "GPU memory in use, as the driver sees it (NVML).", GPU, "nvml"),
+    MetricSpec("devctl_gpu_memory_total_bytes", "gauge", "GPU memory, as the driver sees it (NVML).", GPU, "nvml"),
+    MetricSpec("devctl_gpu_utilization_ratio", "gauge", "Share of the last sample period a kernel ran on the GPU (NVML).", GPU, "nvml"),
+    MetricSpec("devctl_gpu_memory_utilization_ratio", "gauge", "Share of the last sample period device memory was read or written (NVML).", GPU, "nvml"),
+    MetricSpec("devctl_gpu_temperature_celsius", "gauge", "GPU temperature (NVML).", GPU, "nvml"),
+    MetricSpec("devctl_gpu_power_watts", "gauge", "GPU power draw (NVML).", GPU, "nvml"),
+    MetricSpec("devctl_gpu_power_limit_watts", "gauge", "GPU enforced power limit (NVML).", GPU, "nvml"),
+    MetricSpec("devctl_gpu_pcie_link_generation", "gauge", "PCIe link generation, now and at most (NVML).", (*GPU, "state"), "nvml"),
+    MetricSpec("devctl_gpu_pcie_link_width", "gauge", "PCIe link width in lanes, now and at most (NVML).", (*GPU, "state"), "nvml"),
+    MetricSpec("devctl_gpu_ecc_uncorrected_errors_total", "counter", "Uncorrected ECC errors since the driver loaded (volatile) and in the GPU's life (aggregate).", (*GPU, "scope"), "nvml"),
+    MetricSpec("devctl_gpu_remapped_rows_uncorrectable", "gauge", "Rows remapped for uncorrectable errors (Ampere and newer).", GPU, "nvml"),
+    MetricSpec("devctl_gpu_throttle_active", "gauge", "1 for each thermal or power slowdown active now, by NVML's name.", (*GPU, "reason"), "nvml"),
+    MetricSpec("devctl_gpu_process_memory_used_bytes", "gauge", "GPU memory of one process, as NVML attributes it (--per-process only: host pids).", (*GPU, "pid", "command"), "nvml"),
+    # TPU chips, from PCI and /dev.
+    MetricSpec("devctl_tpu_chip_hbm_bytes", "gauge", "HBM of a TPU chip, from its version's table.", ("chip", "version", "pci_address"), "tpu"),
+    MetricSpec("devctl_tpu_chip_holder", "gauge", "1 for each process that holds a TPU chip's device path.", ("chip", "version", "pid", "command"), "tpu"),
+    # The host.
+    MetricSpec("devctl_headroom_bytes", "gauge", "Minimum over devices and jobs of bytes_limit minus peak bytes in use, and where.", ("where",), "publishers"),
+    MetricSpec("devctl_host_memory_total_bytes", "gauge", "Host RAM (/proc/meminfo MemTotal).", (), "host"),
+    MetricSpec("devctl_host_memory_available_bytes", "gauge", "Host RAM available (/proc/meminfo MemAvailable).", (), "host"),
+    MetricSpec("devctl_host_shm_total_bytes", "gauge", "Size of /dev/shm (NCCL's and the publishers' shared memory).", (), "host"),
+    MetricSpec("devctl_host_shm_used_bytes", "gauge", "Bytes used in /dev/shm.", (), "host"),
+    # The exporter itself.
+    MetricSpec("devctl", "info", "Versions of devctl, jax, jaxlib, the PJRT plugins and the NVIDIA driver.", ("devctl", "jax", "jaxlib", "plugins", "driver"), "versions"),
+    MetricSpec("devctl_collect_success", "gauge", "1 when a source answered in this scrape, 0 when it failed or timed out (its metrics are then absent, not zero).", ("source",)),
+    MetricSpec("devctl_collect_duration_seconds", "gauge", "Seconds a source took in this scrape (the timeout when it did not answer).", ("source",)),
+)
+SOURCES: tuple[str, ...] = ("publishers", "probe", "nvml", "tpu", "host", "versions")
+
+
+def exported_names() -> set[str]:
+    """Every series name a scrape can carry (an info metric's with its _info suffix), for the dashboard's test."""
+    return {f"{m.name}_info" if m.kind == "info" else m.name for m in METRICS}
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str  # a MetricSpec's name
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    success: bool
+    duration_s: float
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Collection:
+    """One scrape's worth: every sample, and how each source did."""
+
+    samples: list[Sample] = field(default_factory=list)
+    sources: dict[str, SourceResult] = field(default_factory=dict)
