@@ -9,12 +9,12 @@ only its own metrics. A source still running from an earlier scrape is not start
 
 from __future__ import annotations
 
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable
 
 from devctl.hostroot import HostRoot
-from devctl.model.exporter import SOURCES, Collection, Sample, SourceResult
+from devctl.model.exporter import Collection, Sample, SourceResult
 
 # A job's command in a label: one line, bounded (labels are kept by Prometheus for every series).
 JOB_LABEL_CHARS = 120
@@ -36,8 +36,7 @@ class Exporter:
         self.probed: list[Any] = []  # the probe's MemDevices (source "jax"): what a new process gets
         self.probe_error: str | None = None
         self.versions: dict[str, str] = {}
-        self._pool = ThreadPoolExecutor(max_workers=len(SOURCES), thread_name_prefix="devctl-exporter")
-        self._running: dict[str, Future] = {}
+        self._running: dict[str, _Call] = {}
 
     def start(self) -> None:
         """Probe JAX once (the child exits) and read the versions; a bad --publisher-dir is bad input here."""
@@ -55,7 +54,7 @@ class Exporter:
         self.versions = _versions()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Nothing to wait for: a source stuck in a driver call is a daemon thread, which does not hold up the exit."""
 
     def collect(self, timeout_s: float) -> Collection:
         started = time.monotonic()
@@ -65,15 +64,17 @@ class Exporter:
             "tpu": self._tpu,
             "host": self._host,
         }
-        futures: dict[str, Future] = {}
+        futures: dict[str, _Call] = {}
         busy: list[str] = []
         for name, read in readers.items():
             previous = self._running.get(name)
             if previous is not None and not previous.done():
                 busy.append(name)
                 continue
-            futures[name] = self._running[name] = self._pool.submit(_timed, read)
-        wait(list(futures.values()), timeout=timeout_s)
+            futures[name] = self._running[name] = _Call(name, read)
+        deadline = started + timeout_s
+        for call in futures.values():
+            call.join(max(0.0, deadline - time.monotonic()))
         out = Collection()
         for name in busy:
             out.sources[name] = SourceResult(False, 0.0, "still running since an earlier scrape")
@@ -188,6 +189,29 @@ class Exporter:
         if h.shm_total_bytes is not None and h.shm_free_bytes is not None:
             add("devctl_host_shm_used_bytes", h.shm_total_bytes - h.shm_free_bytes)
         return samples
+
+
+class _Call:
+    """One source's read in a daemon thread of its own: waited for up to the scrape's deadline, never joined at
+    exit (a driver call that hangs must not keep the exporter alive after SIGTERM)."""
+
+    def __init__(self, name: str, read: Callable[[], list[Sample]]):
+        self._result: tuple[list[Sample], float, str | None] | None = None
+        self._thread = threading.Thread(target=self._run, args=(read,), name=f"devctl-exporter-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self, read: Callable[[], list[Sample]]) -> None:
+        self._result = _timed(read)
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    def done(self) -> bool:
+        return self._result is not None
+
+    def result(self) -> tuple[list[Sample], float, str | None]:
+        assert self._result is not None
+        return self._result
 
 
 def _timed(read: Callable[[], list[Sample]]) -> tuple[list[Sample], float, str | None]:
