@@ -367,33 +367,30 @@ class Baseline:
 
 
 def pooled(baselines: list[Baseline]) -> Baseline:
-    """Several earlier runs as one baseline: per cell, the median of the runs' figures (median, p10, p90; the
-    fewest samples, so the median's confidence interval is not overstated), and how far the runs' medians lay
-    apart: half their range, in percent of the pooled median, which joins the noise band (compare_with_baseline).
-    """
+    """Several earlier runs as one baseline, pooled as every bench's gate pools them (devctl.model.gate.pool): per
+    cell the median of the runs' figures, and how far the runs' medians lay apart, which joins the noise band."""
     from dataclasses import replace
-    from statistics import median
+
+    from devctl.model import gate
 
     if len(baselines) == 1:
         return baselines[0]
-    runs: dict[CellKey, list[Cell]] = {}
+    as_figures = [
+        gate.Baseline(b.name, {k: gate.Figure(k, "", c.gbps, c.samples or 0, c.p10_s, c.median_s, c.p90_s) for k, c in b.cells.items()}, b.runs)
+        for b in baselines
+    ]
+    pool = gate.pool(as_figures)
+    first: dict[CellKey, Cell] = {}
     for b in baselines:
         for key, c in b.cells.items():
-            runs.setdefault(key, []).append(c)
-    cells, spread = {}, {}
-    for key, cs in runs.items():
-        medians = [cast(float, c.gbps) for c in cs]
-        gbps = median(medians)
-        cells[key] = replace(
-            cs[0],
-            samples=min(c.samples or 0 for c in cs),
-            p10_s=median(cast(float, c.p10_s) for c in cs),
-            median_s=median(cast(float, c.median_s) for c in cs),
-            p90_s=median(cast(float, c.p90_s) for c in cs),
-            gbps=gbps,
-        )
-        spread[key] = (max(medians) - min(medians)) / 2 / gbps * 100
-    return Baseline(", ".join(b.name for b in baselines), cells, sum(b.runs for b in baselines), spread)
+            first.setdefault(key, c)
+    # The pool's keys are the cells' own (CellKey), as the figures above were keyed.
+    cells = {
+        key: replace(c, samples=f.samples, p10_s=f.p10_s, median_s=f.median_s, p90_s=f.p90_s, gbps=f.value)
+        for key, c in first.items()
+        for f in (pool.figures[key],)
+    }
+    return Baseline(pool.name, cells, pool.runs, {key: pool.run_spread_pct[key] for key in cells})
 
 
 @dataclass(frozen=True)
