@@ -44,6 +44,16 @@ def memstats(
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every --interval seconds until Ctrl-C or --count.")] = False,
     interval: Annotated[Optional[str], typer.Option("--interval", "-n", metavar="SECONDS", help="Seconds between refreshes with --watch (default 1).")] = None,
     count: Annotated[Optional[str], typer.Option("--count", "-c", metavar="N", help="Stop after N refreshes.")] = None,
+    pid: Annotated[Optional[str], typer.Option("--pid", metavar="PID", help="A publishing job: with --top (or --pprof), what it holds; with --postmortem, its post-mortems.")] = None,
+    top: Annotated[
+        Optional[str],
+        typer.Option("--top", metavar="N", help="With --pid: the job's N largest live arrays, each with the line that created it, and its bytes by line."),
+    ] = None,
+    pprof: Annotated[
+        Optional[str],
+        typer.Option("--pprof", metavar="FILE", autocompletion=completion.files, help="With --pid: also write the job's device memory profile (pprof, as jax.profiler.device_memory_profile gives it) to FILE."),
+    ] = None,
+    postmortem: Annotated[bool, typer.Option("--postmortem", help="What jobs that died of RESOURCE_EXHAUSTED held (newest first; --pid: that job's).")] = False,
     timeout: TimeoutOpt = None,
     host_root: HostRootOpt = "/",
     csv_out: CsvOpt = False,
@@ -53,6 +63,9 @@ def memstats(
 ) -> None:
     """Device memory: the allocator view (memory_stats), the driver view (NVML), the host view, and running jobs' own views."""
     check_output_format(json_out, csv_out)
+    if pid is not None or top is not None or pprof is not None or postmortem:
+        _holders(pid, top, pprof, postmortem, timeout, json_out, csv_out, cluster=cluster, device=device, watch=watch, count=count, interval=interval)
+        return
     if cluster is not None:
         _memstats_cluster(json_out, csv_out, timeout, host_root, cluster, all_print, device=device, watch=watch, count=count, interval=interval)
         return
@@ -100,6 +113,53 @@ def _memstats_cluster(json_out: bool, csv_out: bool, timeout, host_root: str, pa
         from devctl.render import emit
 
         emit(report, json_out, csv_out=csv_out)
+
+
+def _holders(pid: str | None, top: str | None, pprof: str | None, postmortem: bool, timeout, json_out: bool, csv_out: bool, **others) -> None:
+    """--pid with --top/--pprof (ask a running job), or --postmortem (read what dead jobs left)."""
+    from devctl.cli.options import check_output_path, write_output
+
+    what = "--postmortem" if postmortem else "--top"
+    for name, value in others.items():
+        if value not in (None, False):
+            flag = "--distributed" if name == "cluster" else f"--{name}"
+            raise UsageError(f"{flag} is not supported with {what}: it asks one job on this host")
+    if postmortem and (top is not None or pprof is not None):
+        raise UsageError("--postmortem reads what dead jobs left; --top and --pprof ask a running one: give one or the other")
+    job = _pid(pid) if pid is not None else None
+    if postmortem:
+        from devctl.discovery.holders import read_postmortems
+        from devctl.render import emit
+
+        emit(read_postmortems(job), json_out, csv_out=csv_out)
+        return
+    if job is None:
+        raise UsageError(f"{'--top' if top is not None else '--pprof'} needs --pid PID (a job that calls devctl.publish.publish())")
+    n = _top(top) if top is not None else 20
+    if pprof is not None:
+        check_output_path("--pprof", pprof)
+    timeout_s = check_timeout(timeout)
+    from devctl.discovery.holders import request_top
+    from devctl.render import emit
+
+    report, profile = request_top(job, n, pprof=pprof is not None, timeout_s=timeout_s)
+    if pprof is not None and profile is not None:
+        write_output("--pprof", pprof, profile)
+    emit(report, json_out, csv_out=csv_out)
+
+
+def _pid(text: str) -> int:
+    if not text.strip().isascii() or not text.strip().isdigit() or not (1 <= int(text) <= 9_999_999):
+        raise UsageError(f"--pid must be a process id (a whole number of at least 1), got {text!r}")
+    return int(text)
+
+
+def _top(text: str) -> int:
+    from devctl.model.holders import MAX_TOP
+
+    if not text.strip().isascii() or not text.strip().isdigit() or not (1 <= int(text) <= MAX_TOP):
+        raise UsageError(f"--top must be a whole number from 1 to {MAX_TOP}, got {text!r}")
+    return int(text)
 
 
 def _interval(text: str | None) -> float:

@@ -6,6 +6,7 @@ each entry is the rules in devctl.checks (diagnosis, rules_*).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -74,6 +75,36 @@ def overview(s: Scene) -> Overview:
     return Overview(sees=sees, jax_will_use=will, default_platform=default, device_count=len(devices), device_kinds=kinds)
 
 
+# A post-mortem this recent is said in the overview: the job that died of it is likely the one being debugged.
+RECENT_POSTMORTEM_S = 24 * 3600
+
+
+def _postmortem_lines() -> list[str]:
+    """A line per post-mortem of the last day that this user's jobs left (devctl memstats --postmortem)."""
+    from devctl.discovery.holders import read_postmortems
+    from devctl.errors import DevctlError
+    from devctl.text import printable
+    from devctl.units import format_bytes
+
+    try:
+        report = read_postmortems()
+    except DevctlError:
+        return []  # an unsafe snapshot directory: memstats says why
+    lines = []
+    for pm in report.postmortems:
+        if time.time() - pm.timestamp > RECENT_POSTMORTEM_S:
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(pm.timestamp))
+        asked = f" asking for {format_bytes(pm.requested_bytes)}" if pm.requested_bytes is not None else ""
+        top = pm.sites[0] if pm.sites else None
+        held = f"; most of its {format_bytes(pm.total_bytes)} held at {top.site}" if top and top.site else ""
+        lines.append(printable(
+            f"Out of memory: job {pm.pid} ({' '.join(pm.command)[:60]}) died of RESOURCE_EXHAUSTED at {when}{asked}{held} "
+            f"(devctl memstats --postmortem --pid {pm.pid})"
+        ))  # fmt: skip
+    return lines[:3]
+
+
 def doctor(host_root: str = "/", timeout_s: float = 30.0) -> DoctorReport:
     """Discovery, every check without expectations, and the diagnosis."""
     from devctl.checks import CHECK_NAMES
@@ -94,13 +125,15 @@ def doctor(host_root: str = "/", timeout_s: float = 30.0) -> DoctorReport:
             environ=dict(os.environ),
         )
     findings = diagnose(scene)
+    seen = overview(scene)
+    seen = dataclasses.replace(seen, sees=[*seen.sees, *_postmortem_lines()])
     return DoctorReport(
         schema=DOCTOR_SCHEMA,
         devctl_version=__version__,
         timestamp=time.time(),
         hostname=socket.gethostname(),
         status="problems" if findings else "ok",
-        overview=overview(scene),
+        overview=seen,
         findings=findings,
         checks=results,
         elapsed_s=round(time.monotonic() - started, 3),

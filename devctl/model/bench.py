@@ -443,12 +443,19 @@ def noise_pct(c: Cell) -> float | None:
     return median_noise(c.samples, c.p10_s, c.median_s, c.p90_s)
 
 
+def _run_noise_pct(c: Cell) -> float | None:
+    from devctl.model.gate import run_noise_pct
+
+    return run_noise_pct(c.samples, c.p10_s, c.median_s, c.p90_s)
+
+
 def compare_with_baseline(cells: Iterable[Cell], baseline: Baseline, max_regression_pct: float, *, all_sizes: bool = False) -> Gate:
     """Cell by cell, the bandwidth-bound ones only (every cell with all_sizes): a cell regresses when its GB/s
     falls below the baseline's by more than the allowed share plus the noise band of the two runs.
 
     The noise band adds the baseline's to this run's. A run's is the confidence interval of its median
-    (noise_pct); a pooled baseline's is the wider of that and how far its runs' medians lay apart, since runs
+    (noise_pct), for the run judged never more than its median's distance from its fast decile (contention only
+    slows calls down: devctl.model.gate.run_noise_pct); a pooled baseline's is the wider of that and how far its runs' medians lay apart, since runs
     differ by more than their samples show (a VM's page-fault mode, a neighbour that came and went). A drop
     inside the band is not evidence of a slower path. Whether a cell is bandwidth-bound is decided from the
     baseline alone, so every rerun judges the same cells.
@@ -474,7 +481,7 @@ def compare_with_baseline(cells: Iterable[Cell], baseline: Baseline, max_regress
         if c.gbps is None:  # measured before, nothing now (zero-copy or skipped): a regression, whatever the noise
             regressions.append(_regression(c, base_gbps, None, None, None))
             continue
-        band = max(noise_pct(base) or 0.0, baseline.run_spread_pct.get(c.key, 0.0)) + (noise_pct(c) or 0.0)
+        band = max(noise_pct(base) or 0.0, baseline.run_spread_pct.get(c.key, 0.0)) + (_run_noise_pct(c) or 0.0)
         bands.append(band)
         change = (c.gbps / base_gbps - 1) * 100
         beyond = -change - band

@@ -4,8 +4,9 @@
 A cell is seen as a Figure: what identifies it across runs (its key, and a label for people), its headline figure
 (GB/s, TFLOP/s: higher is better) and its samples' count, p10, median and p90. A cell regresses when its figure
 falls below the baseline's by more than the allowed drop plus the noise band: the ~95% confidence interval of
-each median (noise_pct), and, for a baseline of several runs, the wider of that and half the range of the runs'
-figures (pool). Pure stdlib: the CLI builds and renders these without jax.
+each median (noise_pct; for the run judged, never more than its median's distance from its fast decile:
+run_noise_pct), and, for a baseline of several runs, the wider of that and half the range of the runs' figures
+(pool). Pure stdlib: the CLI builds and renders these without jax.
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ def noise_pct(samples: int | None, p10_s: float | None, median_s: float | None, 
     return _Z95 * _MEDIAN_SE * sigma / samples**0.5 / median_s * 100
 
 
+def run_noise_pct(samples: int | None, p10_s: float | None, median_s: float | None, p90_s: float | None) -> float | None:
+    """The noise band of the run being judged: its median's confidence interval (noise_pct), but never more than
+    how much slower its median is than its fast decile (p10). A shared machine only ever slows calls down
+    (contention, preemption, page faults): however widely a loaded run's slow calls scatter, its fast calls show
+    what the path does undisturbed, so the noise cannot excuse a drop larger than they show."""
+    ci = noise_pct(samples, p10_s, median_s, p90_s)
+    if ci is None or not p10_s or not median_s:
+        return ci
+    return min(ci, max(0.0, (median_s / p10_s - 1) * 100))
+
+
 @dataclass(frozen=True)
 class Figure:
     """One cell as the gate sees it."""
@@ -47,6 +59,10 @@ class Figure:
     @property
     def noise_pct(self) -> float | None:
         return noise_pct(self.samples, self.p10_s, self.median_s, self.p90_s)
+
+    @property
+    def run_noise_pct(self) -> float | None:
+        return run_noise_pct(self.samples, self.p10_s, self.median_s, self.p90_s)
 
 
 @dataclass(frozen=True)
@@ -139,7 +155,7 @@ def judge(
         if f.value is None:
             regressions.append(GateRegression(f.label, base.value, None, None))
             continue
-        band = max(base.noise_pct or 0.0, baseline.run_spread_pct.get(f.key, 0.0)) + (f.noise_pct or 0.0)
+        band = max(base.noise_pct or 0.0, baseline.run_spread_pct.get(f.key, 0.0)) + (f.run_noise_pct or 0.0)
         bands.append(band)
         change = (f.value / base.value - 1) * 100
         beyond = -change - band

@@ -25,6 +25,7 @@ from devctl.discovery.publishers import (
 )
 from devctl.discovery.snapshot_format import MAX_ARRAYS, MAX_FILE_BYTES, SNAPSHOT_PREFIX
 from devctl.publish.document import build_snapshot, describe, encode
+from devctl.publish.holders import answer_request, install_oom_hook
 from devctl.publish.live_arrays import ArrayCache
 from devctl.safefs import read_regular, write_atomic
 
@@ -63,6 +64,8 @@ def publish(interval: float = 1.0, *, directory: str | None = None, top_k: int =
         pub = Publisher(interval=interval, directory=path, top_k=top_k)
         pub._check_directory_now(stacklevel=3)
         _register_process_hooks()
+        # A RESOURCE_EXHAUSTED that ends the job leaves a post-mortem where the job publishes.
+        install_oom_hook(lambda: (p.directory if (p := current()) is not None else None))
         pub._start()
         _publisher = pub
         return pub
@@ -235,6 +238,10 @@ class Publisher:
             return
         self._written = written
         self.snapshots_written += 1
+        try:
+            answer_request(directory, self._pid)  # one lstat when nobody asks
+        except Exception as e:  # noqa: BLE001 - the next snapshot says what went wrong; the job goes on
+            self._pending_error = f"answering a --top request failed: {describe(e)}"
 
     def _remove_file(self) -> None:
         written, self._written = self._written, None

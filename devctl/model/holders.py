@@ -1,0 +1,101 @@
+"""What holds a job's memory: its largest live arrays with their allocation sites, the same grouped by site
+(`devctl memstats --pid PID --top N`), and the post-mortem a job leaves when it runs out of memory
+(`devctl memstats --postmortem`). Written by the job's publisher (devctl.publish.holders), read by devctl.
+
+Pure stdlib: the CLI builds and renders these without jax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from devctl.model import json_schema
+
+TOP_SCHEMA = "devctl.memstats.top/1"
+POSTMORTEM_SCHEMA = "devctl.memstats.postmortem/1"
+POSTMORTEMS_SCHEMA = "devctl.memstats.postmortems/1"
+# A post-mortem outlives its job this long, then the next publisher in the directory removes it; at most
+# POSTMORTEMS_KEPT are kept (the newest), each at most POSTMORTEM_MAX_BYTES.
+POSTMORTEM_MAX_AGE_S = 7 * 24 * 3600
+POSTMORTEMS_KEPT = 10
+POSTMORTEM_MAX_BYTES = 1 << 20
+# What one answer may carry: the request's N is at most MAX_TOP; the sites are the largest MAX_SITES.
+MAX_TOP = 1000
+MAX_SITES = 200
+
+
+@dataclass(frozen=True)
+class HeldArray:
+    """One live jax.Array of the job."""
+
+    nbytes: int = field(metadata=json_schema(minimum=0))  # the whole (global) array: shape x itemsize
+    shape: tuple[int, ...]
+    dtype: str
+    sharding: str  # as JAX prints it, at most 200 characters
+    memory_kind: str | None  # "device", "pinned_host", ...; None where the backend has none
+    devices: tuple[str, ...]  # "cpu:1", "cuda:0": every device holding a shard
+    site: str | None  # where the program created it: "train.py:88 (init_state)"; None: JAX recorded no traceback
+
+
+@dataclass(frozen=True)
+class SiteTotal:
+    """Every live array created at one line of the program."""
+
+    site: str | None  # None: arrays without a traceback
+    arrays: int = field(metadata=json_schema(minimum=1))
+    nbytes: int = field(metadata=json_schema(minimum=0))
+
+
+@dataclass(frozen=True)
+class TopReport:
+    """`devctl memstats --pid PID --top N`: what the job holds, answered by the job itself."""
+
+    schema: str = field(metadata=json_schema(const=TOP_SCHEMA))
+    pid: int
+    command: tuple[str, ...]
+    hostname: str
+    timestamp: float  # when the job answered
+    total_arrays: int = field(metadata=json_schema(minimum=0))  # live arrays, each counted once (a shard aliasing its parent is not another array)
+    total_bytes: int = field(metadata=json_schema(minimum=0))
+    arrays: tuple[HeldArray, ...]  # the N largest, largest first
+    sites: tuple[SiteTotal, ...]  # every array grouped by its site, largest total first (at most MAX_SITES)
+    cost_s: float = field(default=0.0, metadata=json_schema(minimum=0))  # the job's CPU time for the answer
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One device's allocator at the moment the job ran out of memory."""
+
+    device: str
+    memory_stats: dict[str, int | None] | None
+
+
+@dataclass(frozen=True)
+class PostMortem:
+    """What a job held when a JAX call raised RESOURCE_EXHAUSTED and the job did not catch it."""
+
+    schema: str = field(metadata=json_schema(const=POSTMORTEM_SCHEMA))
+    pid: int
+    command: tuple[str, ...]
+    hostname: str
+    timestamp: float
+    error: str  # the exception, its first 500 characters
+    requested_bytes: int | None  # what the failed allocation asked for, from the message
+    requested_device: str | None  # where, when the message says
+    devices: tuple[DeviceMemory, ...]
+    total_arrays: int
+    total_bytes: int
+    arrays: tuple[HeldArray, ...]  # the largest, with their sites
+    sites: tuple[SiteTotal, ...]
+    path: str | None = None  # the file it was read from (set by the reader)
+
+
+@dataclass(frozen=True)
+class PostMortemReport:
+    """`devctl memstats --postmortem`: the post-mortems in the snapshot directory, newest first."""
+
+    schema: str = field(metadata=json_schema(const=POSTMORTEMS_SCHEMA))
+    directory: str
+    postmortems: tuple[PostMortem, ...]
+    problems: tuple[str, ...] = ()  # files that could not be read (damaged, foreign)

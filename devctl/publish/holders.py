@@ -1,0 +1,320 @@
+"""Inside the job: its live arrays, largest first, with the line of the program that created each (JAX's own
+allocation traceback, `jax.Array.traceback`, which `jax.profiler.device_memory_profile` reads too), and grouped by
+that line. Computed only when asked (a `--top` request, or a job dying of RESOURCE_EXHAUSTED): a publisher that
+nobody asks pays nothing for it. jax is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from devctl.model.holders import MAX_SITES
+
+# A sharding as JAX prints it can list every device: kept to this many characters.
+_SHARDING_CHARS = 200
+
+
+def held(n: int) -> dict[str, Any]:
+    """{"total_arrays", "total_bytes", "arrays": the n largest, "sites": every array grouped by site}, as the
+    model.holders records have them."""
+    import jax
+
+    arrays = [x for x in jax.live_arrays() if not x.is_deleted()]
+    arrays = _without_aliases(arrays)
+    own, libraries = _library_dirs()
+    facts = []
+    for x in arrays:
+        facts.append((int(x.nbytes), x))
+    facts.sort(key=lambda f: -f[0])
+    sites: dict[str | None, list[int]] = {}
+    site_of: dict[int, str | None] = {}
+    for nbytes, x in facts:
+        site = _site(x, own, libraries)
+        site_of[id(x)] = site
+        total = sites.setdefault(site, [0, 0])
+        total[0] += 1
+        total[1] += nbytes
+    top = [_describe(x, nbytes, site_of[id(x)]) for nbytes, x in facts[:n]]
+    by_size = sorted(sites.items(), key=lambda kv: -kv[1][1])
+    grouped = [{"site": site, "arrays": a, "nbytes": b} for site, (a, b) in by_size]
+    return {
+        "total_arrays": len(facts),
+        "total_bytes": sum(nbytes for nbytes, _ in facts),
+        "arrays": top,
+        "sites": grouped[:MAX_SITES],
+    }
+
+
+def _describe(x: Any, nbytes: int, site: str | None) -> dict[str, Any]:
+    sharding = x.sharding
+    devices = sorted(sharding.device_set, key=lambda d: (d.platform, d.id))
+    return {
+        "nbytes": nbytes,
+        "shape": [int(d) for d in x.shape],
+        "dtype": str(x.dtype),
+        "sharding": _short(repr(sharding)),
+        "memory_kind": getattr(sharding, "memory_kind", None),
+        "devices": [f"{d.platform}:{d.id}" for d in devices],
+        "site": site,
+    }
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _SHARDING_CHARS else text[: _SHARDING_CHARS - 1] + "…"
+
+
+def _library_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(JAX's and devctl's own directories, every library's): frames there are not the program's. A line in
+    optax is not the line of train.py that holds the optimizer state."""
+    import sysconfig
+
+    import jax
+    import jaxlib
+
+    own = {os.path.dirname(jax.__file__), os.path.dirname(jaxlib.__file__), os.path.dirname(os.path.dirname(__file__))}
+    libraries = {p for key in ("purelib", "platlib", "stdlib", "platstdlib") if (p := sysconfig.get_paths().get(key))}
+    return tuple(os.path.join(d, "") for d in own), tuple(os.path.join(d, "") for d in libraries)
+
+
+def _site(x: Any, own: tuple[str, ...], libraries: tuple[str, ...]) -> str | None:
+    """The innermost frame of the array's creation that is the program's own; failing that, the innermost that
+    is a library's and not JAX's or devctl's; None without a traceback (JAX records none when asked not to)."""
+    tb = getattr(x, "traceback", None)
+    frames = getattr(tb, "frames", None) if tb is not None else None
+    if not frames:
+        return None
+    fallback = None
+    for f in frames:  # innermost first
+        name = f.file_name
+        if not name.startswith(own) and not name.startswith(libraries):
+            return f"{_where(name)}:{f.line_num} ({f.function_name})"
+        if fallback is None and not name.startswith(own):
+            fallback = f"{_where(name)}:{f.line_num} ({f.function_name})"
+    return fallback
+
+
+def _where(file_name: str) -> str:
+    """A frame's file as a person reads it: relative to the working directory when below it."""
+    try:
+        rel = os.path.relpath(file_name)
+    except ValueError:
+        return file_name
+    return rel if not rel.startswith("..") else file_name
+
+
+def _without_aliases(arrays: list) -> list:
+    """Every array once: a single-device array that is a shard of a multi-device one (a host fetch creates such
+    objects, and jax.live_arrays() lists them beside their parents) is the parent's memory, not another array's."""
+    singles: dict[tuple[int, int], Any] = {}
+    multi = []
+    aliases: set[int] = set()
+    for x in arrays:
+        devices = x.sharding.device_set
+        if len(devices) == 1:
+            try:
+                key = (next(iter(devices)).id, x.unsafe_buffer_pointer())
+            except Exception:  # noqa: BLE001 - a backend without pointers: nothing to match on
+                continue
+            if key in singles:  # two objects over one buffer (JAX makes such views): one array
+                aliases.add(id(x))
+            else:
+                singles[key] = x
+        else:
+            multi.append(x)
+    if not singles or not multi:
+        return [x for x in arrays if id(x) not in aliases]
+    for parent in multi:
+        for shard in parent.addressable_shards:
+            try:
+                key = (shard.device.id, shard.data.unsafe_buffer_pointer())
+            except Exception:  # noqa: BLE001
+                continue
+            if key in singles:
+                aliases.add(id(singles[key]))
+    return [x for x in arrays if id(x) not in aliases]
+
+
+# ---- answering devctl, in the publisher's thread -----------------------------------------------------
+
+
+def answer_request(directory: str, pid: int) -> bool:
+    """Answer a `devctl memstats --top` request waiting in `directory`, if there is one; whether one was answered.
+    The request is read as a regular file of this user (never a link), bounded; a malformed one is removed."""
+    import json
+    import socket
+    import stat
+    import sys
+    import time
+
+    from devctl.discovery.holders import REQUEST_MAX_BYTES, answer_path, pprof_path, request_path
+    from devctl.model.holders import MAX_TOP, TOP_SCHEMA
+    from devctl.safefs import read_regular, write_atomic
+
+    asked = request_path(directory, pid)
+    try:
+        st = os.lstat(asked)
+    except OSError:
+        return False  # nobody asked: the common case, one lstat a tick
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        return False
+    started = time.thread_time()
+    try:
+        request = json.loads(read_regular(asked, REQUEST_MAX_BYTES))
+        n, token = int(request["n"]), str(request["token"])[:64]
+        want_pprof = bool(request.get("pprof"))
+    except (OSError, ValueError, KeyError, TypeError):
+        _remove(asked)
+        return False
+    note = None
+    if want_pprof:
+        try:
+            import jax
+
+            write_atomic(pprof_path(directory, pid), jax.profiler.device_memory_profile(), mode=0o600, sync=False)
+        except Exception as e:  # noqa: BLE001 - the answer says why; the job goes on
+            note = f"the memory profile failed: {type(e).__name__}: {e}"[:300]
+    doc = {
+        "schema": TOP_SCHEMA,
+        "token": token,
+        "pid": pid,
+        "command": list(sys.argv) or [sys.executable],
+        "hostname": socket.gethostname(),
+        "timestamp": time.time(),
+        **held(max(1, min(n, MAX_TOP))),
+        "note": note,
+    }
+    doc["cost_s"] = round(time.thread_time() - started, 6)
+    write_atomic(answer_path(directory, pid), json.dumps(doc).encode(), mode=0o600, sync=False)
+    _remove(asked)
+    return True
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+# ---- the post-mortem of a job that dies of RESOURCE_EXHAUSTED ----------------------------------------
+
+_POSTMORTEM_TOP = 20
+_REQUESTED = re.compile(r"allocat\w*\s+(\d+)\s+bytes")
+_installed = False
+
+
+def install_oom_hook(directory_of) -> None:
+    """Chain sys.excepthook and threading.excepthook: an uncaught exception whose chain says RESOURCE_EXHAUSTED
+    leaves a post-mortem in the directory `directory_of()` names (None: not publishing), then goes on to the
+    previous hook unchanged. Costs nothing until an exception reaches the top of a thread."""
+    import sys
+    import threading
+
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    previous, previous_thread = sys.excepthook, threading.excepthook
+
+    def hook(kind, value, tb):
+        _record(directory_of, value)
+        previous(kind, value, tb)
+
+    def thread_hook(args):
+        _record(directory_of, args.exc_value)
+        previous_thread(args)
+
+    sys.excepthook = hook
+    threading.excepthook = thread_hook
+
+
+def is_out_of_memory(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 10:
+        if "RESOURCE_EXHAUSTED" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+def _record(directory_of, exc: BaseException | None) -> None:
+    try:
+        directory = directory_of()
+        if directory and exc is not None and is_out_of_memory(exc):
+            write_postmortem(directory, exc)
+    except Exception:  # noqa: BLE001 - a post-mortem must never hide the job's own error
+        pass
+
+
+def write_postmortem(directory: str, exc: BaseException) -> str:
+    """Write what the job holds now, and what it asked for, as `<pid>-<time>.postmortem.json`; prune old ones."""
+    import json
+    import socket
+    import sys
+    import time
+
+    import jax
+
+    from devctl.discovery.holders import postmortem_path
+    from devctl.model.holders import POSTMORTEM_MAX_BYTES, POSTMORTEM_SCHEMA
+    from devctl.safefs import write_atomic
+
+    message = str(exc)
+    found = _REQUESTED.search(message)
+    devices = []
+    for d in jax.local_devices():
+        try:
+            stats = d.memory_stats()
+        except Exception:  # noqa: BLE001
+            stats = None
+        devices.append({"device": f"{d.platform}:{d.id}", "memory_stats": {k: v for k, v in (stats or {}).items() if isinstance(v, int)} or None})
+    now = time.time()
+    doc = {
+        "schema": POSTMORTEM_SCHEMA,
+        "pid": os.getpid(),
+        "command": list(sys.argv) or [sys.executable],
+        "hostname": socket.gethostname(),
+        "timestamp": now,
+        "error": f"{type(exc).__name__}: {message}"[:500],
+        "requested_bytes": int(found.group(1)) if found else None,
+        "requested_device": None,
+        "devices": devices,
+        **held(_POSTMORTEM_TOP),
+    }
+    data = json.dumps(doc).encode()
+    if len(data) > POSTMORTEM_MAX_BYTES:  # too many sites: keep the largest that fit
+        doc["sites"] = doc["sites"][:20]
+        data = json.dumps(doc).encode()[:POSTMORTEM_MAX_BYTES]
+    path = postmortem_path(directory, os.getpid(), now)
+    write_atomic(path, data, mode=0o600, sync=True)  # the job is about to die: on disk before it does
+    prune_postmortems(directory, now)
+    return path
+
+
+def prune_postmortems(directory: str, now: float) -> None:
+    """Keep the newest POSTMORTEMS_KEPT post-mortems of this user, none older than POSTMORTEM_MAX_AGE_S."""
+    import stat
+
+    from devctl.discovery.holders import POSTMORTEM_NAME
+    from devctl.model.holders import POSTMORTEM_MAX_AGE_S, POSTMORTEMS_KEPT
+
+    try:
+        names = [n for n in os.listdir(directory) if POSTMORTEM_NAME.match(n)]
+    except OSError:
+        return
+    dated = []
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():  # never another user's, never a link
+            dated.append((st.st_mtime, path))
+    dated.sort(reverse=True)
+    for i, (mtime, path) in enumerate(dated):
+        if i >= POSTMORTEMS_KEPT or now - mtime > POSTMORTEM_MAX_AGE_S:
+            _remove(path)

@@ -1,0 +1,101 @@
+"""What holds a job's memory (`devctl memstats --pid PID --top N`) and the post-mortems jobs left
+(`devctl memstats --postmortem`), as tables that fit the terminal: the arrays, then the same bytes by the line of
+the program that created them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from devctl.model.holders import HeldArray, PostMortem, PostMortemReport, SiteTotal, TopReport
+from devctl.units import format_bytes
+
+
+def _array_rows(arrays: tuple[HeldArray, ...]) -> list[list[str]]:
+    return [
+        [format_bytes(a.nbytes), "x".join(map(str, a.shape)) or "scalar", a.dtype, ",".join(a.devices), a.memory_kind or "-",
+         a.site or "(no traceback)", a.sharding]
+        for a in arrays
+    ]  # fmt: skip
+
+
+def _array_columns():
+    from devctl.render.console import Column
+
+    return [
+        Column("bytes", justify="right"),
+        Column("shape"),
+        Column("dtype"),
+        Column("devices", priority=2),
+        Column("memory kind", priority=4, short="kind"),
+        Column("allocated at", priority=1, short="site"),
+        Column("sharding", priority=5),
+    ]
+
+
+def _site_rows(sites: tuple[SiteTotal, ...]) -> list[list[str]]:
+    return [[s.site or "(no traceback)", str(s.arrays), format_bytes(s.nbytes)] for s in sites]
+
+
+def _site_columns():
+    from devctl.render.console import Column
+
+    return [Column("allocated at"), Column("arrays", justify="right"), Column("bytes", justify="right")]
+
+
+def render_top(report: TopReport) -> None:
+    from devctl.render.console import print_table, say
+    from devctl.text import printable
+
+    job = printable(" ".join(report.command), 120)
+    say(f"job {report.pid} ({job}) on {report.hostname}: {report.total_arrays} live arrays, {format_bytes(report.total_bytes)}")
+    print_table(_array_columns(), _array_rows(report.arrays), title=f"the {len(report.arrays)} largest")
+    print_table(_site_columns(), _site_rows(report.sites[:20]), title="by the line that created them")
+    if len(report.sites) > 20:
+        say(f"(and {len(report.sites) - 20} more lines; --json has them all)")
+    if report.note:
+        say(f"note: {report.note}")
+    say(f"answered by the job in {report.cost_s * 1000:.1f} ms of its CPU")
+
+
+def render_postmortems(report: PostMortemReport) -> None:
+    from devctl.render.console import say
+
+    if not report.postmortems:
+        say(f"no post-mortem in {report.directory}: no publishing job has died of RESOURCE_EXHAUSTED here")
+    for pm in report.postmortems[:3]:
+        _postmortem(pm)
+    if len(report.postmortems) > 3:
+        say(f"(and {len(report.postmortems) - 3} older post-mortems; --json has them all)")
+    for problem in report.problems:
+        say(f"problem: {problem}")
+
+
+def _postmortem(pm: PostMortem) -> None:
+    import time
+
+    from devctl.render.console import print_table, say
+    from devctl.text import printable
+
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(pm.timestamp))
+    asked = f", asking for {format_bytes(pm.requested_bytes)}" if pm.requested_bytes is not None else ""
+    say(f"job {pm.pid} ({printable(' '.join(pm.command), 120)}) ran out of memory at {when}{asked}")
+    say(f"error: {pm.error}", hang="  ")
+    for d in pm.devices:
+        stats = d.memory_stats or {}
+        if stats:
+            say(f"{d.device}: {format_bytes(stats.get('bytes_in_use'))} in use of {format_bytes(stats.get('bytes_limit'))}, "
+                f"peak {format_bytes(stats.get('peak_bytes_in_use'))}", indent="  ")  # fmt: skip
+    say(f"it held {pm.total_arrays} live arrays, {format_bytes(pm.total_bytes)}:")
+    print_table(_array_columns(), _array_rows(pm.arrays[:10]))
+    print_table(_site_columns(), _site_rows(pm.sites[:10]), title="by the line that created them")
+    if pm.path:
+        say(f"({pm.path})")
+
+
+def csv_rows(report: Any) -> tuple[list[str], list[list]]:
+    """One row per array (of the top list, or of every post-mortem), raw bytes."""
+    header = ["pid", "nbytes", "shape", "dtype", "devices", "memory_kind", "site", "sharding"]
+    reports = [report] if isinstance(report, TopReport) else list(report.postmortems)
+    rows = [[r.pid, a.nbytes, "x".join(map(str, a.shape)), a.dtype, " ".join(a.devices), a.memory_kind, a.site, a.sharding]
+            for r in reports for a in r.arrays]  # fmt: skip
+    return header, rows

@@ -1,0 +1,173 @@
+"""What holds a job's memory, asked of real JAX jobs on forced CPU devices: `memstats --pid PID --top N` (the
+arrays, their bytes and the lines of the job that created them, grouped by line; --pprof), and the post-mortem a
+job leaves when a real RESOURCE_EXHAUSTED ends it, read by `memstats --postmortem` and doctor after it died."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import assert_usage_error, devctl_env, run_devctl, validate_schema
+from test_monitor import START_TIMEOUT_S, _readline, _snapshot_doc, _write, foreground
+
+MIB = 1 << 20
+
+# Lines the tests name: each array is created on a known line of this file (JOB_LINES below).
+JOB = r"""
+import json, sys, time
+import numpy as np
+import jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import devctl.publish
+
+def init_params():
+    return [jnp.ones((256, 1024), jnp.float32) for _ in range(3)]
+
+def init_opt(params):
+    return [jnp.zeros_like(p) for p in params]
+
+params = init_params()
+opt = init_opt(params)
+big = jax.device_put(np.zeros(8 << 20, np.uint8), jax.devices()[1])
+spread = jax.device_put(np.zeros(4 << 20, np.uint8), NamedSharding(Mesh(np.array(jax.devices()), ("x",)), P("x")))
+np.asarray(spread)  # a host fetch: per-shard objects that jax.live_arrays() lists beside their parent
+pub = devctl.publish.publish(interval=0.2)
+print(json.dumps({"ready": time.time()}), flush=True)
+if sys.argv[1:] == ["oom"]:
+    time.sleep(0.5)
+    jnp.zeros((1 << 42,), jnp.uint8)
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    sys.exit(0)
+"""
+LINE = {name: i for i, text in enumerate(JOB.splitlines(), 1) for name, needle in (
+    ("params", "return [jnp.ones"), ("opt", "return [jnp.zeros_like"), ("big", "big = jax.device_put"),
+    ("spread", "spread = jax.device_put"), ("oom", "jnp.zeros((1 << 42,)"),
+) if needle in text}  # fmt: skip
+TOTAL = 3 * MIB + 3 * MIB + 8 * MIB + 4 * MIB
+
+
+class Job:
+    def __init__(self, tmp_path: Path, runtime: Path, *args: str):
+        self.script = tmp_path / "job.py"
+        self.script.write_text(JOB)
+        env = devctl_env(4, DEVCTL_RUNTIME_DIR=str(runtime))
+        self.proc = subprocess.Popen(foreground([sys.executable, str(self.script), *args]), env=env, cwd=tmp_path,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        json.loads(_readline(self.proc, START_TIMEOUT_S))
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Path:
+    return tmp_path / "runtime"
+
+
+def site(name: str, function: str) -> str:
+    return f"job.py:{LINE[name]} ({function})"
+
+
+def test_top_names_the_largest_arrays_with_the_lines_that_created_them(tmp_path, runtime):
+    job = Job(tmp_path, runtime)
+    env = devctl_env(1, DEVCTL_RUNTIME_DIR=str(runtime))
+    try:
+        proc = run_devctl("memstats", "--pid", str(job.pid), "--top", "3", "--json", env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads(proc.stdout)
+        validate_schema(doc, "memstats.top")
+        # Every array once: the spread array's per-shard objects (made by the host fetch) are not more arrays.
+        assert (doc["pid"], doc["total_arrays"], doc["total_bytes"]) == (job.pid, 8, TOTAL)
+        big, spread, first_param = doc["arrays"]
+        assert (big["nbytes"], big["shape"], big["dtype"], big["devices"]) == (8 * MIB, [8 * MIB], "uint8", ["cpu:1"])
+        assert big["site"] == site("big", "<module>") and big["memory_kind"] == "device"
+        assert (spread["nbytes"], spread["devices"]) == (4 * MIB, ["cpu:0", "cpu:1", "cpu:2", "cpu:3"])
+        assert spread["site"] == site("spread", "<module>") and "NamedSharding" in spread["sharding"]
+        assert (first_param["nbytes"], first_param["shape"], first_param["dtype"]) == (MIB, [256, 1024], "float32")
+        by_site = {s["site"]: (s["arrays"], s["nbytes"]) for s in doc["sites"]}
+        assert by_site == {
+            site("big", "<module>"): (1, 8 * MIB),
+            site("spread", "<module>"): (1, 4 * MIB),
+            site("params", "init_params.<locals>.<listcomp>" if sys.version_info < (3, 12) else "init_params"): (3, 3 * MIB),
+            site("opt", "init_opt.<locals>.<listcomp>" if sys.version_info < (3, 12) else "init_opt"): (3, 3 * MIB),
+        }, by_site
+        # The table says the same, and the answer file is not left behind.
+        table = run_devctl("memstats", "--pid", str(job.pid), "--top", "2", env=env, cwd=tmp_path)
+        assert table.returncode == 0, table.stderr
+        assert f"job {job.pid} (" in table.stdout and "8 live arrays, 18.0 MiB" in table.stdout
+        assert site("big", "<module>") in table.stdout and "by the line that created them" in table.stdout
+        assert not list(runtime.glob("*.top*")), list(runtime.iterdir())
+        # --pprof: the job's own device memory profile, gzipped protobuf as pprof reads it.
+        profile = tmp_path / "job.pprof"
+        proc = run_devctl("memstats", "--pid", str(job.pid), "--pprof", str(profile), env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert profile.read_bytes()[:2] == b"\x1f\x8b" and profile.stat().st_size > 100
+    finally:
+        job.stop()
+
+
+def test_a_real_out_of_memory_leaves_a_postmortem_naming_the_request_and_the_holders(tmp_path, runtime):
+    job = Job(tmp_path, runtime, "oom")
+    _, err = job.proc.communicate(timeout=120)
+    # The job's own error is unchanged: its exit, its exception and message.
+    assert job.proc.returncode == 1 and "RESOURCE_EXHAUSTED: Out of memory allocating 4398046511104 bytes" in err, err
+    env = devctl_env(1, DEVCTL_RUNTIME_DIR=str(runtime))
+    doc = json.loads(run_devctl("memstats", "--postmortem", "--pid", str(job.pid), "--json", env=env).stdout)
+    validate_schema(doc, "memstats.postmortems")
+    (pm,) = doc["postmortems"]
+    assert pm["pid"] == job.pid and pm["requested_bytes"] == 1 << 42 and "RESOURCE_EXHAUSTED" in pm["error"]
+    assert {d["device"] for d in pm["devices"]} == {f"cpu:{i}" for i in range(4)}
+    assert pm["total_bytes"] >= TOTAL and pm["arrays"][0]["nbytes"] == 8 * MIB
+    assert pm["arrays"][0]["site"] == site("big", "<module>")
+    proc = run_devctl("memstats", "--postmortem", env=env)
+    assert proc.returncode == 0 and f"job {job.pid} (" in proc.stdout and "asking for 4.0 TiB" in proc.stdout, proc.stdout
+    doctor = json.loads(run_devctl("doctor", "--json", env=env, timeout=300).stdout)
+    assert any(f"job {job.pid} " in line and "RESOURCE_EXHAUSTED" in line for line in doctor["overview"]["sees"]), doctor["overview"]
+
+
+def test_bad_requests_are_one_line_exit_2(tmp_path, runtime):
+    env = devctl_env(1, DEVCTL_RUNTIME_DIR=str(runtime))
+    assert_usage_error(run_devctl("memstats", "--top", "5", env=env), "--top needs --pid")
+    assert_usage_error(run_devctl("memstats", "--pid", "1", "--top", "0", env=env), "--top must be a whole number")
+    assert_usage_error(run_devctl("memstats", "--pid", "abc", "--top", "3", env=env), "--pid must be a process id")
+    assert_usage_error(run_devctl("memstats", "--pid", "1", "--top", "3", "--watch", env=env), "--watch is not supported with --top")
+    assert_usage_error(run_devctl("memstats", "--postmortem", "--top", "3", env=env), "--postmortem")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        assert_usage_error(run_devctl("memstats", "--pid", str(sleeper.pid), "--top", "3", env=env), f"--pid {sleeper.pid} is not a publishing job")
+        # A snapshot whose job never answers (written by hand, for a process that is no publisher): a bounded wait.
+        created = psutil.Process(sleeper.pid).create_time()
+        _write(runtime, f"{sleeper.pid}.json", _snapshot_doc(sleeper.pid, timestamp=time.time() + 30, create_time=created))
+        started = time.monotonic()
+        proc = run_devctl("memstats", "--pid", str(sleeper.pid), "--top", "3", "--timeout", "2", env=env)
+        assert_usage_error(proc, f"job {sleeper.pid} did not answer within 2 s")
+        assert time.monotonic() - started < 30 and not list(runtime.glob("*.top-request"))  # the request withdrawn
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_damaged_postmortem_is_a_problem_line_never_removed(runtime):
+    bad = _write(runtime, "4242-1700000000.postmortem.json", '{"schema": "devctl.memstats.postmortem/1", "pid": "x"}')
+    proc = run_devctl("memstats", "--postmortem", env=devctl_env(1, DEVCTL_RUNTIME_DIR=str(runtime)))
+    assert proc.returncode == 0, proc.stderr
+    assert "problem:" in proc.stdout and "4242-1700000000.postmortem.json" in proc.stdout and "Traceback" not in proc.stderr
+    assert bad.exists()
