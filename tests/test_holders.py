@@ -171,3 +171,59 @@ def test_a_damaged_postmortem_is_a_problem_line_never_removed(runtime):
     assert proc.returncode == 0, proc.stderr
     assert "problem:" in proc.stdout and "4242-1700000000.postmortem.json" in proc.stdout and "Traceback" not in proc.stderr
     assert bad.exists()
+
+
+GROWING = r"""
+import json, sys, time
+import jax, jax.numpy as jnp
+import devctl.publish
+
+steady = [jnp.ones((1024,), jnp.float32) for _ in range(4)]
+kept = []
+devctl.publish.publish(interval=0.1)
+print(json.dumps({"ready": time.time()}), flush=True)
+try:
+    while True:
+        if sys.argv[1] == "leak":
+            kept.append(jnp.ones((64, 1024), jnp.float32))
+        else:
+            scratch = jnp.ones((64, 1024), jnp.float32)  # a step's temporary: freed on the next turn
+        time.sleep(0.15)
+except KeyboardInterrupt:
+    sys.exit(0)
+"""
+GROWING_LINE = next(i for i, text in enumerate(GROWING.splitlines(), 1) if "kept.append" in text)
+
+
+def test_leak_watch_names_a_growing_job_and_its_line_and_not_a_steady_one(tmp_path, runtime):
+    script = tmp_path / "grow.py"
+    script.write_text(GROWING)
+    env = devctl_env(1, DEVCTL_RUNTIME_DIR=str(runtime))
+    jobs = {}
+    for mode in ("leak", "steady"):
+        proc = subprocess.Popen(foreground([sys.executable, str(script), mode]), env=env, cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        json.loads(_readline(proc, START_TIMEOUT_S))
+        jobs[mode] = proc
+    try:
+        proc = run_devctl("memstats", "--watch", "--interval", "0.3", "--count", "16", "--leak-samples", "6", "--json",
+                          env=env, cwd=tmp_path, timeout=240)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        docs = [json.loads(line) for line in proc.stdout.splitlines()]
+        validate_schema(docs[-1], "memstats")
+        flagged = {leak["pid"]: leak for doc in docs for leak in doc["leaks"]}
+        assert jobs["steady"].pid not in flagged
+        leak = flagged[jobs["leak"].pid]
+        assert leak["arrays_to"] > leak["arrays_from"] and leak["bytes_to"] > leak["bytes_from"] and leak["samples"] == 6
+        sites = [g["site"] for g in leak["growing_sites"]]
+        assert sites and sites[0] == f"grow.py:{GROWING_LINE} (<module>)", leak
+        assert leak["growing_sites"][0]["nbytes"] % (64 * 1024 * 4) == 0
+        assert not docs[0]["leaks"]  # nothing is said before K samples show it
+        text = run_devctl("memstats", "--watch", "--interval", "0.3", "--count", "8", "--leak-samples", "4", env=env, cwd=tmp_path, timeout=240)
+        assert f"job {jobs['leak'].pid} (" in text.stdout and "may leak" in text.stdout, text.stdout
+    finally:
+        for p in jobs.values():
+            p.send_signal(signal.SIGINT)
+            p.wait(30)
+    assert_usage_error(run_devctl("memstats", "--leak-samples", "5", env=env), "--leak-samples needs --watch")
+    assert_usage_error(run_devctl("memstats", "--watch", "--leak-samples", "1", env=env), "--leak-samples must be 0")

@@ -44,6 +44,10 @@ def memstats(
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every --interval seconds until Ctrl-C or --count.")] = False,
     interval: Annotated[Optional[str], typer.Option("--interval", "-n", metavar="SECONDS", help="Seconds between refreshes with --watch (default 1).")] = None,
     count: Annotated[Optional[str], typer.Option("--count", "-c", metavar="N", help="Stop after N refreshes.")] = None,
+    leak_samples: Annotated[
+        Optional[str],
+        typer.Option("--leak-samples", metavar="K", help="With --watch: name a job whose live arrays grew in each of the last K samples without falling, and the lines whose arrays grew (default 10; 0: off)."),
+    ] = None,
     pid: Annotated[Optional[str], typer.Option("--pid", metavar="PID", help="A publishing job: with --top (or --pprof), what it holds; with --postmortem, its post-mortems.")] = None,
     top: Annotated[
         Optional[str],
@@ -64,10 +68,10 @@ def memstats(
     """Device memory: the allocator view (memory_stats), the driver view (NVML), the host view, and running jobs' own views."""
     check_output_format(json_out, csv_out)
     if pid is not None or top is not None or pprof is not None or postmortem:
-        _holders(pid, top, pprof, postmortem, timeout, json_out, csv_out, cluster=cluster, device=device, watch=watch, count=count, interval=interval)
+        _holders(pid, top, pprof, postmortem, timeout, json_out, csv_out, cluster=cluster, device=device, watch=watch, count=count, interval=interval, leak_samples=leak_samples)
         return
     if cluster is not None:
-        _memstats_cluster(json_out, csv_out, timeout, host_root, cluster, all_print, device=device, watch=watch, count=count, interval=interval)
+        _memstats_cluster(json_out, csv_out, timeout, host_root, cluster, all_print, device=device, watch=watch, count=count, interval=interval, leak_samples=leak_samples)
         return
 
     interval_s = _interval(interval)
@@ -77,6 +81,9 @@ def memstats(
         raise UsageError("--interval needs --watch (or --count N): without them memstats takes one snapshot")
     if samples is not None and not watch:
         watch = True  # --count N alone: N samples, as `watch -n` users expect
+    window = _leak_samples(leak_samples)
+    if leak_samples is not None and not watch:
+        raise UsageError("--leak-samples needs --watch: a job's growth shows across samples")
     device_filter = parse_devices("--device", device, physical_views=True)
     timeout_s = check_timeout(timeout)
     root = check_host_root(host_root)
@@ -84,6 +91,10 @@ def memstats(
     from devctl.collect.memstats import MemstatsSampler
 
     sampler = MemstatsSampler(device_filter=device_filter, timeout_s=timeout_s, host_root=root)
+    if watch and window:
+        from devctl.collect.leaks import LeakWatch
+
+        sampler.leak_watch = LeakWatch(window)
     first = sampler.first()
     if not watch:
         from devctl.render import emit
@@ -146,6 +157,16 @@ def _holders(pid: str | None, top: str | None, pprof: str | None, postmortem: bo
     if pprof is not None and profile is not None:
         write_output("--pprof", pprof, profile)
     emit(report, json_out, csv_out=csv_out)
+
+
+def _leak_samples(text: str | None) -> int:
+    from devctl.collect.leaks import DEFAULT_WINDOW
+
+    if text is None:
+        return DEFAULT_WINDOW
+    if not text.strip().isascii() or not text.strip().isdigit() or int(text) == 1 or int(text) > 1000:
+        raise UsageError(f"--leak-samples must be 0 (off) or a whole number from 2 to 1000, got {text!r}")
+    return int(text)
 
 
 def _pid(text: str) -> int:

@@ -20,12 +20,14 @@ from devctl.model.memstats import (
     DriverMemory,
     Headroom,
     HostMemory,
+    Leak,
     MemDevice,
     MemProcess,
     MemSnapshot,
 )
 
 if TYPE_CHECKING:
+    from devctl.collect.leaks import LeakWatch
     from devctl.model.hardware import TpuReport
     from devctl.probe.backends import BackendsProbe
 
@@ -44,6 +46,7 @@ class MemstatsSampler:
         self.tpu: TpuReport | None = None
         # The publishing jobs of the last sample (pid -> command): one that is gone from the next is said once.
         self.jobs: dict[int, str] = {}
+        self.leak_watch: LeakWatch | None = None  # --watch: jobs whose arrays only grow
 
     def first(self) -> MemSnapshot:
         """The full snapshot: probe JAX once, then everything else."""
@@ -111,6 +114,7 @@ class MemstatsSampler:
             keys = {d.key for d in devices}
             processes = [p for p in processes if p.device in keys]
         host = host_info(self.root)
+        leaks: list[Leak] = self.leak_watch.update(publishers.publishers) if self.leak_watch is not None and publishers is not None else []
         return MemSnapshot(
             schema=SCHEMA,
             timestamp=time.time(),
@@ -122,6 +126,7 @@ class MemstatsSampler:
             host=_host_memory(host),
             problems=problems,
             notes=notes,
+            leaks=leaks,
         )
 
     def _jobs_gone(self, publishers) -> list[str]:

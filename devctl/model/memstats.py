@@ -92,6 +92,31 @@ class HostMemory:
 
 
 @dataclass(frozen=True)
+class SiteGrowth:
+    """A line of the job's program whose live arrays grew while the job's memory did."""
+
+    site: str | None
+    arrays: int  # live arrays created there, more (or fewer) than before
+    nbytes: int  # their bytes, more than before
+
+
+@dataclass(frozen=True)
+class Leak:
+    """A publishing job whose live arrays (count or bytes) grew across every one of the last `samples` samples of
+    `memstats --watch` without ever falling back: memory it may never give back."""
+
+    pid: int
+    command: str
+    samples: int = field(metadata=json_schema(minimum=2))
+    arrays_from: int
+    arrays_to: int
+    bytes_from: int
+    bytes_to: int
+    growing_sites: list[SiteGrowth] = field(default_factory=list)  # the lines whose totals grew, most bytes first; empty when the job did not say
+    sites_note: str | None = None  # why no site is named
+
+
+@dataclass(frozen=True)
 class MemSnapshot:
     """`devctl memstats`: every device's memory from every view, the processes holding it, and the headroom."""
 
@@ -105,3 +130,4 @@ class MemSnapshot:
     host: HostMemory
     problems: list[str]  # transient faults: NVML errors, corrupt snapshots, a lost GPU
     notes: list[str]
+    leaks: list[Leak] = field(default_factory=list)  # --watch: jobs whose live arrays only grew over --leak-samples samples

@@ -191,6 +191,22 @@ def answer_request(directory: str, pid: int) -> bool:
     return True
 
 
+def forget_requests(directory: str, pid: int) -> None:
+    """At stop: this job's request, answer and profile files, which nobody will read now (regular files of this
+    user only; post-mortems stay)."""
+    import stat
+
+    from devctl.discovery.holders import answer_path, pprof_path, request_path
+
+    for path in (request_path(directory, pid), answer_path(directory, pid), pprof_path(directory, pid)):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+            _remove(path)
+
+
 def _remove(path: str) -> None:
     try:
         os.unlink(path)

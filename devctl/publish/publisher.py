@@ -25,7 +25,7 @@ from devctl.discovery.publishers import (
 )
 from devctl.discovery.snapshot_format import MAX_ARRAYS, MAX_FILE_BYTES, SNAPSHOT_PREFIX
 from devctl.publish.document import build_snapshot, describe, encode
-from devctl.publish.holders import answer_request, install_oom_hook
+from devctl.publish.holders import answer_request, forget_requests, install_oom_hook
 from devctl.publish.live_arrays import ArrayCache
 from devctl.safefs import read_regular, write_atomic
 
@@ -153,6 +153,7 @@ class Publisher:
             t.join(timeout)
         if self._pid == os.getpid():
             self._remove_file()
+            forget_requests(self._directory, self._pid)
         with _lock:
             if _publisher is self:
                 _publisher = None
