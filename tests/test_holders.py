@@ -227,3 +227,34 @@ def test_leak_watch_names_a_growing_job_and_its_line_and_not_a_steady_one(tmp_pa
             p.wait(30)
     assert_usage_error(run_devctl("memstats", "--leak-samples", "5", env=env), "--leak-samples needs --watch")
     assert_usage_error(run_devctl("memstats", "--watch", "--leak-samples", "1", env=env), "--leak-samples must be 0")
+
+
+def test_distributed_top_gathers_every_processs_jobs_on_process_0(tmp_path):
+    """Two processes of a cluster on 127.0.0.1, each seeing one publishing job (its own snapshot directory, as two
+    hosts have): process 0 lists both jobs' arrays, largest first, with the process each came from, and sums
+    their lines."""
+    from test_distributed import finish, free_port
+
+    dirs = [tmp_path / "host0", tmp_path / "host1"]
+    jobs = [Job(tmp_path, d) for d in dirs]
+    try:
+        port = free_port()
+        procs = []
+        for index, d in enumerate(dirs):
+            argv = [sys.executable, "-m", "devctl", "memstats", "--distributed", "--coordinator", f"127.0.0.1:{port}",
+                    "--num-processes", "2", "--process-id", str(index), "--top", "4", "--json", "--timeout", "30"]  # fmt: skip
+            procs.append(subprocess.Popen(argv, env=devctl_env(2, DEVCTL_RUNTIME_DIR=str(d)), cwd=tmp_path,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
+        (rc0, out0, err0), (rc1, out1, err1) = finish(procs, timeout=240)
+    finally:
+        for job in jobs:
+            job.stop()
+    assert rc0 == 0 and rc1 == 0 and out1 == "", (err0, err1)
+    doc = json.loads(out0)
+    validate_schema(doc, "memstats.top.distributed")
+    assert [[t["pid"] for t in p["tops"]] for p in doc["processes"]] == [[jobs[0].pid], [jobs[1].pid]]
+    assert doc["total_bytes"] == 2 * TOTAL and doc["total_arrays"] == 16
+    biggest = doc["arrays"][:2]  # each job's 8 MiB array, from both processes
+    assert {(a["process_index"], a["pid"], a["array"]["nbytes"]) for a in biggest} == {(0, jobs[0].pid, 8 * MIB), (1, jobs[1].pid, 8 * MIB)}
+    sites = {s["site"]: s for s in doc["sites"]}
+    assert sites[site("big", "<module>")] == {"site": site("big", "<module>"), "jobs": 2, "arrays": 2, "nbytes": 16 * MIB}

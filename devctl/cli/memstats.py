@@ -68,7 +68,7 @@ def memstats(
     """Device memory: the allocator view (memory_stats), the driver view (NVML), the host view, and running jobs' own views."""
     check_output_format(json_out, csv_out)
     if pid is not None or top is not None or pprof is not None or postmortem:
-        _holders(pid, top, pprof, postmortem, timeout, json_out, csv_out, cluster=cluster, device=device, watch=watch, count=count, interval=interval, leak_samples=leak_samples)
+        _holders(pid, top, pprof, postmortem, timeout, json_out, csv_out, cluster=cluster, device=device, watch=watch, count=count, interval=interval, leak_samples=leak_samples, all_print=all_print)
         return
     if cluster is not None:
         _memstats_cluster(json_out, csv_out, timeout, host_root, cluster, all_print, device=device, watch=watch, count=count, interval=interval, leak_samples=leak_samples)
@@ -131,10 +131,21 @@ def _holders(pid: str | None, top: str | None, pprof: str | None, postmortem: bo
     from devctl.cli.options import check_output_path, write_output
 
     what = "--postmortem" if postmortem else "--top"
+    cluster = others.pop("cluster")
+    all_print = bool(others.pop("all_print", False))
     for name, value in others.items():
         if value not in (None, False):
-            flag = "--distributed" if name == "cluster" else f"--{name}"
-            raise UsageError(f"{flag} is not supported with {what}: it asks one job on this host")
+            raise UsageError(f"--{name} is not supported with {what}: it asks jobs once, not sample by sample")
+    if cluster is not None:
+        if postmortem or pid is not None or pprof is not None or top is None:
+            raise UsageError("with --distributed, give --top N alone: every process asks the jobs it sees (--pid, --pprof and --postmortem are for one host)")
+        from devctl.collect.holders import cluster_tops
+        from devctl.render import emit
+
+        fleet = cluster_tops(cluster, _top(top), timeout_s=check_timeout(timeout), all_print=all_print)
+        if fleet is not None:  # None: not process 0, which prints the cluster
+            emit(fleet, json_out, csv_out=csv_out)
+        return
     if postmortem and (top is not None or pprof is not None):
         raise UsageError("--postmortem reads what dead jobs left; --top and --pprof ask a running one: give one or the other")
     job = _pid(pid) if pid is not None else None

@@ -99,3 +99,48 @@ class PostMortemReport:
     directory: str
     postmortems: tuple[PostMortem, ...]
     problems: tuple[str, ...] = ()  # files that could not be read (damaged, foreign)
+
+
+FLEET_TOP_SCHEMA = "devctl.memstats.top.distributed/1"
+
+
+@dataclass(frozen=True)
+class ProcessTops:
+    """One process of the cluster: the answers of the publishing jobs it can see, and the jobs that did not answer."""
+
+    process_index: int = field(metadata=json_schema(minimum=0))
+    hostname: str
+    tops: tuple[TopReport, ...]
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FleetArray:
+    """One of the largest arrays of the whole cluster, and whose it is."""
+
+    process_index: int = field(metadata=json_schema(minimum=0))
+    hostname: str
+    pid: int
+    array: HeldArray
+
+
+@dataclass(frozen=True)
+class FleetSite:
+    """One line of the program, over every job of the cluster (the same program runs on every host)."""
+
+    site: str | None
+    jobs: int = field(metadata=json_schema(minimum=1))
+    arrays: int = field(metadata=json_schema(minimum=1))
+    nbytes: int = field(metadata=json_schema(minimum=0))
+
+
+@dataclass(frozen=True)
+class FleetTopReport:
+    """`devctl memstats --distributed --top N`: the largest arrays of every publishing job of every process."""
+
+    schema: str = field(metadata=json_schema(const=FLEET_TOP_SCHEMA))
+    processes: tuple[ProcessTops, ...]
+    arrays: tuple[FleetArray, ...]  # the N largest over the cluster, largest first
+    sites: tuple[FleetSite, ...]  # every job's lines, summed over the cluster, largest first
+    total_arrays: int = 0
+    total_bytes: int = 0

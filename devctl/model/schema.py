@@ -91,6 +91,7 @@ def documents() -> list[Document]:
         Document("memstats.distributed", distributed.MEMSTATS_SCHEMA, distributed.MemstatsClusterReport,
                  "devctl memstats --distributed --json", cluster(memstats.SCHEMA)),
         Document("memstats.top", holders.TOP_SCHEMA, holders.TopReport, "devctl memstats --pid PID --top N --json"),
+        Document("memstats.top.distributed", holders.FLEET_TOP_SCHEMA, holders.FleetTopReport, "devctl memstats --distributed --top N --json"),
         Document("memstats.postmortems", holders.POSTMORTEMS_SCHEMA, holders.PostMortemReport, "devctl memstats --postmortem --json"),
         Document("plugins", plugins.SCHEMA, plugins.PluginsReport, "devctl plugins --json"),
         Document("env", env.SCHEMA, env.EnvironmentReport, "devctl env --json"),

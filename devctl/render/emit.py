@@ -20,6 +20,7 @@ TABLES: dict[str, tuple[str, str]] = {
     "devctl.memstats/1": ("memstats", "render_snapshot"),
     "devctl.memstats.distributed/1": ("distributed", "render_cluster"),
     "devctl.memstats.top/1": ("holders", "render_top"),
+    "devctl.memstats.top.distributed/1": ("holders", "render_fleet"),
     "devctl.memstats.postmortems/1": ("holders", "render_postmortems"),
     "devctl.plugins/1": ("plugins", "render_plugins"),
     "devctl.env/1": ("env", "render_environment"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from devctl.model.holders import HeldArray, PostMortem, PostMortemReport, SiteTotal, TopReport
+from devctl.model.holders import FleetTopReport, HeldArray, PostMortem, PostMortemReport, SiteTotal, TopReport
 from devctl.units import format_bytes
 
 
@@ -92,10 +92,31 @@ def _postmortem(pm: PostMortem) -> None:
         say(f"({pm.path})")
 
 
+def render_fleet(report: FleetTopReport) -> None:
+    from devctl.render.console import Column, print_table, say
+
+    jobs = sum(len(p.tops) for p in report.processes)
+    say(f"{len(report.processes)} processes, {jobs} publishing jobs: {report.total_arrays} live arrays, {format_bytes(report.total_bytes)}")
+    columns = [Column("host", priority=3), Column("process", justify="right", short="proc"), Column("pid", justify="right"), *_array_columns()]
+    rows = [[a.hostname, str(a.process_index), str(a.pid), *row] for a, row in zip(report.arrays, _array_rows(tuple(a.array for a in report.arrays)))]
+    print_table(columns, rows, title=f"the {len(report.arrays)} largest in the cluster")
+    site_columns = [Column("allocated at"), Column("jobs", justify="right"), Column("arrays", justify="right"), Column("bytes", justify="right")]
+    print_table(site_columns, [[s.site or "(no traceback)", str(s.jobs), str(s.arrays), format_bytes(s.nbytes)] for s in report.sites[:20]],
+                title="by the line that created them, over every job")  # fmt: skip
+    for p in report.processes:
+        for problem in p.problems:
+            say(f"problem: process {p.process_index} ({p.hostname}): {problem}")
+
+
 def csv_rows(report: Any) -> tuple[list[str], list[list]]:
-    """One row per array (of the top list, or of every post-mortem), raw bytes."""
-    header = ["pid", "nbytes", "shape", "dtype", "devices", "memory_kind", "site", "sharding"]
-    reports = [report] if isinstance(report, TopReport) else list(report.postmortems)
-    rows = [[r.pid, a.nbytes, "x".join(map(str, a.shape)), a.dtype, " ".join(a.devices), a.memory_kind, a.site, a.sharding]
-            for r in reports for a in r.arrays]  # fmt: skip
+    """One row per array (of the top list, of every post-mortem, or of the cluster's), raw bytes."""
+    header = ["hostname", "process_index", "pid", "nbytes", "shape", "dtype", "devices", "memory_kind", "site", "sharding"]
+    found: list[tuple[str, int | None, int, HeldArray]]
+    if isinstance(report, FleetTopReport):
+        found = [(a.hostname, a.process_index, a.pid, a.array) for a in report.arrays]
+    else:
+        reports = [report] if isinstance(report, TopReport) else list(report.postmortems)
+        found = [(r.hostname, None, r.pid, a) for r in reports for a in r.arrays]
+    rows = [[host, index, pid, a.nbytes, "x".join(map(str, a.shape)), a.dtype, " ".join(a.devices), a.memory_kind, a.site, a.sharding]
+            for host, index, pid, a in found]  # fmt: skip
     return header, rows
