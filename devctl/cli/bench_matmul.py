@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged, say_gate
+from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged
 from devctl.cli.bench_chip import (
     DeviceOpt,
     MinTimeOpt,
@@ -17,8 +17,7 @@ from devctl.cli.bench_chip import (
     WarmupsOpt,
     WatchdogOpt,
     chip_settings,
-    stderr_line,
-    straggler_lines,
+    finish,
 )
 from devctl.cli.options import CsvOpt, JsonOpt, check_output_format, check_timeout, parse_devices, shown, split_list
 from devctl.errors import UsageError
@@ -79,14 +78,7 @@ def matmul(
     with Progress(progress_label) as progress:
         report = judged(run_matmul(opts, timeout_s, on_event=progress.on_event), request, spec)
     emit(report, json_out, csv_out=csv_out)
-    for line in straggler_lines(report.comparisons, "matmul"):
-        stderr_line(line)
-    passed = say_gate(report)
-    if any(c.verified is False for c in report.results):
-        stderr_line("matmul verification failed: some products were wrong (see the notes)")
-        passed = False
-    if not passed:
-        raise typer.Exit(1)
+    finish(report, report.comparisons, "matmul", "some products were wrong (see the notes)")
 
 
 def parse_dtypes(items: list[str] | None) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged, say_gate
+from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged
 from devctl.cli.bench_chip import (
     DeviceOpt,
     MinTimeOpt,
@@ -17,8 +17,7 @@ from devctl.cli.bench_chip import (
     WarmupsOpt,
     WatchdogOpt,
     chip_settings,
-    stderr_line,
-    straggler_lines,
+    finish,
 )
 from devctl.cli.options import CsvOpt, JsonOpt, check_output_format, check_timeout, parse_devices, split_list
 from devctl.errors import UsageError
@@ -68,14 +67,7 @@ def memory(
     with Progress(progress_label) as progress:
         report = judged(run_memory(opts, timeout_s, on_event=progress.on_event), request, spec)
     emit(report, json_out, csv_out=csv_out)
-    for line in straggler_lines([report.comparison], "memory"):
-        stderr_line(line)
-    passed = say_gate(report)
-    if any(c.verified is False for c in report.results):
-        stderr_line("memory verification failed: some copies did not produce x + 1 (see the notes)")
-        passed = False
-    if not passed:
-        raise typer.Exit(1)
+    finish(report, [report.comparison], "memory", "some copies did not produce x + 1 (see the notes)")
 
 
 # A size no device of today holds: refused as a typo (16T) rather than planned and skipped.

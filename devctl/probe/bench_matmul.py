@@ -24,13 +24,10 @@ from devctl.model import to_jsonable
 from devctl.model.peaks import peak_for
 from devctl.probe.channel import emit, read_request, release_runtime
 from devctl.probe.chip import (
-    UsageProblem,
     environment,
     failure_note,
-    import_jax,
-    local_devices,
-    resolve_devices,
     room_problem,
+    start,
     stats,
     time_interleaved,
 )
@@ -47,18 +44,10 @@ TOLERANCE = {"bf16": 2e-2, "f32": 1e-4}
 def main() -> int:
     opts = m.MatmulOptions.from_request(read_request())
     started = time.monotonic()
-    imported = import_jax()
-    if imported is None:
-        return 1
-    jax, np = imported
-    local = local_devices(jax)
-    if local is None:
-        return 1
-    try:
-        devices = resolve_devices(opts, local)
-    except UsageProblem as e:
-        emit("error", kind="usage", message=str(e))
-        return 0
+    began = start(opts)
+    if isinstance(began, int):
+        return began
+    jax, np, local, devices = began
     sizes = list(opts.sizes) if opts.sizes is not None else list(m.default_sizes(devices[0].platform, opts.quick))
     note = None
     if opts.sizes is None and opts.quick:

@@ -25,13 +25,10 @@ from devctl.model import to_jsonable
 from devctl.model.peaks import peak_for
 from devctl.probe.channel import emit, read_request, release_runtime
 from devctl.probe.chip import (
-    UsageProblem,
     environment,
     failure_note,
-    import_jax,
-    local_devices,
-    resolve_devices,
     room_problem,
+    start,
     stats,
     time_interleaved,
 )
@@ -42,18 +39,10 @@ from devctl.units import format_size_short
 def main() -> int:
     opts = m.MemoryOptions.from_request(read_request())
     started = time.monotonic()
-    imported = import_jax()
-    if imported is None:
-        return 1
-    jax, np = imported
-    local = local_devices(jax)
-    if local is None:
-        return 1
-    try:
-        devices = resolve_devices(opts, local)
-    except UsageProblem as e:
-        emit("error", kind="usage", message=str(e))
-        return 0
+    began = start(opts)
+    if isinstance(began, int):
+        return began
+    jax, np, local, devices = began
     sizes, note = plan_sizes(opts, devices[0].platform)
     emit(
         "plan",

@@ -70,6 +70,24 @@ def resolve_devices(opts: ChipOptions, local: list) -> list:
     return list({d.id: d for d in chosen}.values())
 
 
+def start(opts: ChipOptions) -> tuple[Any, Any, list, list] | int:
+    """jax, numpy, the local devices and those --device names; or, when the child cannot go on, its exit code
+    (the reason already emitted: a failed import or backend, or a device this host lacks)."""
+    imported = import_jax()
+    if imported is None:
+        return 1
+    jax, np = imported
+    local = local_devices(jax)
+    if local is None:
+        return 1
+    try:
+        devices = resolve_devices(opts, local)
+    except UsageProblem as e:
+        emit("error", kind="usage", message=str(e))
+        return 0
+    return jax, np, local, devices
+
+
 def room_problem(dev, need_bytes: int, what: str) -> str | None:
     """Why a cell needing `need_bytes` on `dev` must be skipped (device memory, or host memory for a CPU device)."""
     if dev.platform == "cpu":
