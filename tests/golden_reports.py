@@ -535,3 +535,8 @@ VIEWS = {
 from golden_chip_reports import VIEWS as _CHIP_VIEWS  # noqa: E402
 
 VIEWS.update(_CHIP_VIEWS)
+
+# What holds a job's memory: --top, --postmortem, --distributed --top (tests/golden_holders.py).
+from golden_holders import VIEWS as _HOLDER_VIEWS  # noqa: E402
+
+VIEWS.update(_HOLDER_VIEWS)

@@ -460,13 +460,18 @@ BENCH_CHECKS = "memory-bw,matmul,busbw,stragglers"
 
 
 def test_benchmark_expectations_pass_with_every_devices_figure_and_each_bench_run_once():
-    doc = run_json(
+    proc = run_devctl(
         "check", "--only", BENCH_CHECKS, "--min-memory-bw", "1MB/s", "--min-tflops", "0.000001", "--min-busbw", "1MB/s",
-        "--stragglers", env=devctl_env(devices=4),
+        "--stragglers", "--json", env=devctl_env(devices=4),
     )  # fmt: skip
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == (1 if doc["status"] == "fail" else 0), proc.stderr
     validate_schema(doc, "check")
     checks = _by_name(doc)
-    assert {n: c["status"] for n, c in checks.items()} == {n: "pass" for n in BENCH_CHECKS.split(",")}, checks
+    # The stragglers verdict is the machine's (a loaded 2-core VM can make one of 4 forced CPU devices 15% slower
+    # on every call): what is tested here is that it reads the same measurements, not that this VM is even.
+    assert {n: checks[n]["status"] for n in ("memory-bw", "matmul", "busbw")} == {"memory-bw": "pass", "matmul": "pass", "busbw": "pass"}, checks
+    assert checks["stragglers"]["status"] in ("pass", "fail"), checks["stragglers"]
     devices = [f"cpu:{i}" for i in range(4)]
     memory, matmul = checks["memory-bw"]["details"], checks["matmul"]["details"]
     assert sorted(memory["figures"]) == devices and all(v > 0 for v in memory["figures"].values())
@@ -479,7 +484,8 @@ def test_benchmark_expectations_pass_with_every_devices_figure_and_each_bench_ru
     assert busbw["busbw_gbps"] == pytest.approx(busbw["algbw_gbps"] * 2 * 3 / 4)
     # The stragglers check reads the same two benchmark runs as memory-bw and matmul: each ran once.
     assert checks["stragglers"]["details"]["memory"]["figures"] == memory["figures"]
-    assert checks["stragglers"]["message"].startswith("no straggler among 4 devices"), checks["stragglers"]
+    message = checks["stragglers"]["message"]
+    assert message.startswith("no straggler among 4 devices") or message.startswith("straggler(s): "), message
     assert {"bench-memory", "bench-matmul", "bench-collective"} <= set(doc["phases_s"]), doc["phases_s"]
 
 

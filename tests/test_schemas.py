@@ -212,6 +212,10 @@ def _reports():
     out.update({name: (type(build()), build) for name, build in golden_chip.VIEWS.items()})
     # bench collective (tests/golden_collective.py): the 8-GPU run, with its link matrix and straggler.
     out["bench-collective-gpu8"] = (type(golden.collective_gpu8()), golden.collective_gpu8)
+    # What holds a job's memory (tests/golden_holders.py): --top, --postmortem and --distributed --top.
+    import golden_holders
+
+    out.update({name: (type(build()), build) for name, build in golden_holders.VIEWS.items()})
     out["list-distributed"] = (ListClusterReport, lambda: _cluster("list"))
     out["memstats-distributed"] = (MemstatsClusterReport, lambda: _cluster("memstats"))
     return out

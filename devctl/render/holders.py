@@ -12,10 +12,30 @@ from devctl.units import format_bytes
 
 def _array_rows(arrays: tuple[HeldArray, ...]) -> list[list[str]]:
     return [
-        [format_bytes(a.nbytes), "x".join(map(str, a.shape)) or "scalar", a.dtype, ",".join(a.devices), a.memory_kind or "-",
+        [format_bytes(a.nbytes), "x".join(map(str, a.shape)) or "scalar", a.dtype, devices_text(a.devices), a.memory_kind or "-",
          a.site or "(no traceback)", a.sharding]
         for a in arrays
     ]  # fmt: skip
+
+
+def devices_text(devices: tuple[str, ...]) -> str:
+    """'cuda:0-7' for eight consecutive devices of one platform, 'cpu:0,2' otherwise."""
+    by_platform: dict[str, list[int]] = {}
+    others = []
+    for d in devices:
+        platform, _, index = d.partition(":")
+        if index.isdigit():
+            by_platform.setdefault(platform, []).append(int(index))
+        else:
+            others.append(d)
+    parts = []
+    for platform, ids in by_platform.items():
+        ids.sort()
+        if len(ids) > 2 and ids == list(range(ids[0], ids[-1] + 1)):
+            parts.append(f"{platform}:{ids[0]}-{ids[-1]}")
+        else:
+            parts.append(f"{platform}:" + ",".join(map(str, ids)))
+    return ",".join(parts + others)
 
 
 def _array_columns():
@@ -26,9 +46,9 @@ def _array_columns():
         Column("shape"),
         Column("dtype"),
         Column("devices", priority=2),
-        Column("memory kind", priority=4, short="kind"),
+        Column("memory kind", priority=4, short="kind", once=True),
         Column("allocated at", priority=1, short="site"),
-        Column("sharding", priority=5),
+        Column("sharding", priority=5, detail=False),  # long: in --json whole, left out of a narrow table
     ]
 
 
