@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, assert_usage_error, devctl_env, run_devctl
-from test_monitor import START_TIMEOUT_S, _readline, foreground
+from jobs import PublishingJob
 
 from devctl.model.exporter import METRICS, SOURCES, exported_names
 
@@ -45,27 +45,6 @@ except KeyboardInterrupt:
 ON_DEVICE_1 = 3 * MIB + MIB // 4
 
 
-class Job:
-    def __init__(self, tmp_path: Path, runtime: Path):
-        script = tmp_path / "job.py"
-        script.write_text(JOB)
-        env = devctl_env(4, DEVCTL_RUNTIME_DIR=str(runtime))
-        self.proc = subprocess.Popen(foreground([sys.executable, str(script)]), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        json.loads(_readline(self.proc, START_TIMEOUT_S))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream:
-                stream.close()
-
-
 @pytest.fixture
 def runtime(tmp_path: Path) -> Path:
     return tmp_path / "runtime"
@@ -73,7 +52,7 @@ def runtime(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def job(tmp_path: Path, runtime: Path):
-    j = Job(tmp_path, runtime)
+    j = PublishingJob(tmp_path, runtime, JOB)
     try:
         yield j
     finally:

@@ -5,7 +5,6 @@ job leaves when a real RESOURCE_EXHAUSTED ends it, read by `memstats --postmorte
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import assert_usage_error, devctl_env, run_devctl, validate_schema
-from test_monitor import START_TIMEOUT_S, _readline, _snapshot_doc, _write, foreground
+from jobs import PublishingJob
+from test_monitor import _snapshot_doc, _write
 
 MIB = 1 << 20
 
@@ -54,29 +54,6 @@ LINE = {name: i for i, text in enumerate(JOB.splitlines(), 1) for name, needle i
 TOTAL = 3 * MIB + 3 * MIB + 8 * MIB + 4 * MIB
 
 
-class Job:
-    def __init__(self, tmp_path: Path, runtime: Path, *args: str):
-        self.script = tmp_path / "job.py"
-        self.script.write_text(JOB)
-        env = devctl_env(4, DEVCTL_RUNTIME_DIR=str(runtime))
-        self.proc = subprocess.Popen(foreground([sys.executable, str(self.script), *args]), env=env, cwd=tmp_path,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-        json.loads(_readline(self.proc, START_TIMEOUT_S))
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
-
-
 @pytest.fixture
 def runtime(tmp_path: Path) -> Path:
     return tmp_path / "runtime"
@@ -87,7 +64,7 @@ def site(name: str, function: str) -> str:
 
 
 def test_top_names_the_largest_arrays_with_the_lines_that_created_them(tmp_path, runtime):
-    job = Job(tmp_path, runtime)
+    job = PublishingJob(tmp_path, runtime, JOB)
     env = devctl_env(1, DEVCTL_RUNTIME_DIR=str(runtime))
     try:
         proc = run_devctl("memstats", "--pid", str(job.pid), "--top", "3", "--json", env=env, cwd=tmp_path)
@@ -125,7 +102,7 @@ def test_top_names_the_largest_arrays_with_the_lines_that_created_them(tmp_path,
 
 
 def test_a_real_out_of_memory_leaves_a_postmortem_naming_the_request_and_the_holders(tmp_path, runtime):
-    job = Job(tmp_path, runtime, "oom")
+    job = PublishingJob(tmp_path, runtime, JOB, "oom")
     _, err = job.proc.communicate(timeout=120)
     # The job's own error is unchanged: its exit, its exception and message.
     assert job.proc.returncode == 1 and "RESOURCE_EXHAUSTED: Out of memory allocating 4398046511104 bytes" in err, err
@@ -196,15 +173,8 @@ GROWING_LINE = next(i for i, text in enumerate(GROWING.splitlines(), 1) if "kept
 
 
 def test_leak_watch_names_a_growing_job_and_its_line_and_not_a_steady_one(tmp_path, runtime):
-    script = tmp_path / "grow.py"
-    script.write_text(GROWING)
     env = devctl_env(1, DEVCTL_RUNTIME_DIR=str(runtime))
-    jobs = {}
-    for mode in ("leak", "steady"):
-        proc = subprocess.Popen(foreground([sys.executable, str(script), mode]), env=env, cwd=tmp_path,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-        json.loads(_readline(proc, START_TIMEOUT_S))
-        jobs[mode] = proc
+    jobs = {mode: PublishingJob(tmp_path, runtime, GROWING, mode, name="grow.py", devices=1) for mode in ("leak", "steady")}
     try:
         proc = run_devctl("memstats", "--watch", "--interval", "0.3", "--count", "16", "--leak-samples", "6", "--json",
                           env=env, cwd=tmp_path, timeout=240)  # fmt: skip
@@ -222,9 +192,8 @@ def test_leak_watch_names_a_growing_job_and_its_line_and_not_a_steady_one(tmp_pa
         text = run_devctl("memstats", "--watch", "--interval", "0.3", "--count", "8", "--leak-samples", "4", env=env, cwd=tmp_path, timeout=240)
         assert f"job {jobs['leak'].pid} (" in text.stdout and "may leak" in text.stdout, text.stdout
     finally:
-        for p in jobs.values():
-            p.send_signal(signal.SIGINT)
-            p.wait(30)
+        for job in jobs.values():
+            job.stop()
     assert_usage_error(run_devctl("memstats", "--leak-samples", "5", env=env), "--leak-samples needs --watch")
     assert_usage_error(run_devctl("memstats", "--watch", "--leak-samples", "1", env=env), "--leak-samples must be 0")
 
@@ -236,7 +205,7 @@ def test_distributed_top_gathers_every_processs_jobs_on_process_0(tmp_path):
     from test_distributed import finish, free_port
 
     dirs = [tmp_path / "host0", tmp_path / "host1"]
-    jobs = [Job(tmp_path, d) for d in dirs]
+    jobs = [PublishingJob(tmp_path, d, JOB) for d in dirs]
     try:
         port = free_port()
         procs = []
