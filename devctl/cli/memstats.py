@@ -51,7 +51,8 @@ def memstats(
     pid: Annotated[Optional[str], typer.Option("--pid", metavar="PID", help="A publishing job: with --top (or --pprof), what it holds; with --postmortem, its post-mortems.")] = None,
     top: Annotated[
         Optional[str],
-        typer.Option("--top", metavar="N", help="With --pid: the job's N largest live arrays, each with the line that created it, and its bytes by line."),
+        typer.Option("--top", metavar="N", help="With --pid: the job's N largest live arrays, each with the line that created it, and its bytes by line. "
+        "With --distributed instead: every publishing job of every process."),
     ] = None,
     pprof: Annotated[
         Optional[str],
