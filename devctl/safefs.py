@@ -143,6 +143,21 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, *, sync: bool = True
         raise
 
 
+def remove_own_file(path: str, *, starts_with: bytes | None = None) -> bool:
+    """Remove `path` only when it is a regular file of this user (never a link: lstat), and, with `starts_with`,
+    only when its content begins so (a file devctl wrote); whether it was removed. Never raises."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return False
+        if starts_with is not None and not read_regular(path, len(starts_with), truncate=True).startswith(starts_with):
+            return False
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
+
+
 def check_writable(path: str) -> None:
     """UnsafeFile unless write_atomic may replace `path` with a regular file. A device, FIFO, socket or
     directory at `path` (or behind a link there) is never replaced by a file, nor is anything in /dev, /proc

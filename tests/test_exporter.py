@@ -195,7 +195,6 @@ def test_a_source_that_hangs_is_reported_and_never_blocks_the_others():
     assert out.sources["host"].success is True and any(s.name == "devctl_host_memory_total_bytes" for s in out.samples)
     again = exporter.collect(timeout_s=0.5)  # the first call still runs: not started twice
     assert again.sources["tpu"].error == "still running since an earlier scrape"
-    exporter.close()
 
 
 def test_every_dashboard_query_names_a_metric_the_exporter_exports():

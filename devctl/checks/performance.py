@@ -52,7 +52,7 @@ def check_memory_bw(ctx: Context) -> Verdict:
         return failed(f"could not measure memory bandwidth: {why}", "run devctl bench memory for details")
     size = format_size_short(report.results[0].size_bytes) if report.results else "?"
     return _judge(
-        report.comparison, want, "--min-memory-bw", f"memory copy at {size}",
+        report.comparison, want, "--min-memory-bw", "memory", f"memory copy at {size}",
         "a device below the rest or far below its HBM peak: check its clocks and throttle reasons "
         "(nvidia-smi -q -d PERFORMANCE,CLOCK; on TPU, the VM's health), then run devctl bench memory",
     )  # fmt: skip
@@ -68,12 +68,12 @@ def check_matmul(ctx: Context) -> Verdict:
     comparison = report.comparisons[0]
     side = report.results[0].n if report.results else "?"
     return _judge(
-        comparison, want, "--min-tflops", f"{comparison.metric} matmul {side}x{side}",
+        comparison, want, "--min-tflops", "matmul", f"{comparison.metric} matmul {side}x{side}",
         "check clocks, power and thermal throttling (nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE), then run devctl bench matmul",
     )  # fmt: skip
 
 
-def _judge(comp: Comparison, want: float, flag: str, what: str, remedy: str) -> Verdict:
+def _judge(comp: Comparison, want: float, flag: str, bench: str, what: str, remedy: str) -> Verdict:
     """Every device's figure against the expected minimum: the slow ones named with their figure and its share of
     the published peak."""
     unit = comp.unit
@@ -81,7 +81,7 @@ def _judge(comp: Comparison, want: float, flag: str, what: str, remedy: str) -> 
     details = {"figures": figures, "unit": unit, "expected_min": want, "roof": comp.roof_name, "median": comp.median}
     unmeasured = [f.device for f in comp.figures if f.value is None]
     if unmeasured:
-        return failed(f"{what}: nothing measured on {join(unmeasured, 4, ', ')}", f"run devctl bench {_bench_name(flag)} for details", **details)
+        return failed(f"{what}: nothing measured on {join(unmeasured, 4, ', ')}", f"run devctl bench {bench} for details", **details)
     slow = sorted((f for f in comp.figures if (f.value or 0) < want), key=lambda f: f.value or 0)
     if slow:
         parts = [f"{f.device} {figure(f.value)} {unit}{_of_roof(f.pct_of_roof)}" for f in slow]
@@ -91,10 +91,6 @@ def _judge(comp: Comparison, want: float, flag: str, what: str, remedy: str) -> 
     spread = figure(low) if figure(low) == figure(high) else f"{figure(low)} to {figure(high)}"
     best = max(comp.figures, key=lambda f: f.value or 0)
     return passed(f"{what}: {spread} {unit} on {len(values)} device(s){_of_roof(best.pct_of_roof)}, expected at least {want:g} {unit}", **details)
-
-
-def _bench_name(flag: str) -> str:
-    return {"--min-memory-bw": "memory", "--min-tflops": "matmul"}.get(flag, "collective")
 
 
 def _of_roof(pct: float | None) -> str:

@@ -18,8 +18,11 @@ from devctl.cli.baseline import MaxRegressionOpt, check_gate
 from devctl.cli.options import (
     CsvOpt,
     JsonOpt,
+    check_count,
     check_output_format,
+    check_seconds,
     check_timeout,
+    choose,
     parse_device,
     parse_devices,
     shown,
@@ -195,25 +198,16 @@ def build_options(
         src=src_ref,
         dst=dst_ref,
         all_pairs=all_pairs,
-        repeats=_check_count("--repeats", repeats, m.QUICK_REPEATS if quick else m.DEFAULT_REPEATS, low=1),
-        min_time_s=_check_min_time(min_time, m.QUICK_MIN_TIME_S if quick else m.DEFAULT_MIN_TIME_S),
-        warmups=_check_count("--warmups", warmups, m.QUICK_WARMUPS if quick else m.DEFAULT_WARMUPS, low=0),
+        repeats=check_count("--repeats", repeats, m.QUICK_REPEATS if quick else m.DEFAULT_REPEATS, low=1),
+        min_time_s=check_seconds("--min-time", min_time, m.QUICK_MIN_TIME_S if quick else m.DEFAULT_MIN_TIME_S),
+        warmups=check_count("--warmups", warmups, m.QUICK_WARMUPS if quick else m.DEFAULT_WARMUPS, low=0),
         verify=verify,
         quick=quick,
     )
 
 
 def parse_directions(items: list[str] | None) -> tuple[str, ...]:
-    names = split_list("--direction", items, f"one or more of {', '.join(m.DIRECTIONS)}, all")
-    if names is None:
-        return m.DIRECTIONS
-    names = [n.lower() for n in names]
-    for n in names:
-        if n not in m.DIRECTIONS and n != "all":
-            raise UsageError(f"unknown --direction {shown(n)}; accepted: {', '.join(m.DIRECTIONS)}, all")
-    if "all" in names:
-        return m.DIRECTIONS
-    return tuple(d for d in m.DIRECTIONS if d in names)
+    return choose("--direction", items, m.DIRECTIONS, m.DIRECTIONS)
 
 
 def parse_variants(text: str, directions: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -272,22 +266,6 @@ def check_conflicts(
             )
     if devices is not None and pair_flags and not set(directions) & {"h2d", "d2h", "d2d-self"}:
         raise UsageError(f"--device chooses devices for h2d, d2h and d2d-self; with only d2d and {pair_flags[0]} it has nothing to choose")
-
-
-def _check_count(flag: str, value: int | None, default: int, *, low: int) -> int:
-    if value is None:
-        return default
-    if value < low or value > 1_000_000:
-        raise UsageError(f"{flag} must be between {low} and 1000000, got {value}")
-    return value
-
-
-def _check_min_time(value: float | None, default: float) -> float:
-    if value is None:
-        return default
-    if not (0 <= value <= 60):
-        raise UsageError(f"--min-time must be between 0 and 60 seconds, got {value:g}")
-    return value
 
 
 # Other bench commands live in modules of their own; registered here, after bench_app exists.

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.errors import UsageError
+from devctl.cli.options import check_count, check_seconds
 from devctl.model import bench_chip as c
 
 Option = typer.Option
@@ -48,26 +48,10 @@ def chip_settings(quick: bool, repeats: int | None, min_time: float | None, warm
     """--repeats, --min-time and --warmups, checked, with --quick's defaults where not given."""
     return dict(
         repeats=check_count("--repeats", repeats, c.QUICK_REPEATS if quick else c.DEFAULT_REPEATS, low=1),
-        min_time_s=check_min_time(min_time, c.QUICK_MIN_TIME_S if quick else c.DEFAULT_MIN_TIME_S),
+        min_time_s=check_seconds("--min-time", min_time, c.QUICK_MIN_TIME_S if quick else c.DEFAULT_MIN_TIME_S),
         warmups=check_count("--warmups", warmups, c.QUICK_WARMUPS if quick else c.DEFAULT_WARMUPS, low=0),
         quick=quick,
     )
-
-
-def check_count(flag: str, value: int | None, default: int, *, low: int) -> int:
-    if value is None:
-        return default
-    if value < low or value > 1_000_000:
-        raise UsageError(f"{flag} must be between {low} and 1000000, got {value}")
-    return value
-
-
-def check_min_time(value: float | None, default: float) -> float:
-    if value is None:
-        return default
-    if not (0 <= value <= 60):  # NaN fails this too
-        raise UsageError(f"--min-time must be between 0 and 60 seconds, got {value:g}")
-    return value
 
 
 def stderr_line(text: str) -> None:

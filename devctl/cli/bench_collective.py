@@ -13,7 +13,7 @@ import typer
 from devctl.cli import completion
 from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged, say_gate
 from devctl.cli.cluster import cluster_options
-from devctl.cli.options import CsvOpt, JsonOpt, check_output_format, check_timeout, shown, split_list
+from devctl.cli.options import CsvOpt, JsonOpt, check_count, check_output_format, check_seconds, check_timeout, choose, shown, split_list
 from devctl.errors import UsageError
 from devctl.model import bench_collective as m
 from devctl.model.distributed import ClusterParams
@@ -127,35 +127,19 @@ def build_options(names, sizes, quick, dtype, mesh, all_pairs, repeats, warmups,
         dtypes=parse_dtypes(dtype),
         mesh=parse_mesh(mesh),
         all_pairs=all_pairs,
-        repeats=_count("--repeats", repeats, m.QUICK_REPEATS if quick else m.DEFAULT_REPEATS, low=1),
-        warmups=_count("--warmups", warmups, m.QUICK_WARMUPS if quick else m.DEFAULT_WARMUPS, low=0),
-        budget_s=_budget(budget, m.QUICK_BUDGET_S if quick else m.DEFAULT_BUDGET_S),
+        repeats=check_count("--repeats", repeats, m.QUICK_REPEATS if quick else m.DEFAULT_REPEATS, low=1, high=10_000),
+        warmups=check_count("--warmups", warmups, m.QUICK_WARMUPS if quick else m.DEFAULT_WARMUPS, low=0, high=10_000),
+        budget_s=check_seconds("--budget", budget, m.QUICK_BUDGET_S if quick else m.DEFAULT_BUDGET_S),
         quick=quick,
     )
 
 
 def parse_collectives(items: list[str] | None) -> tuple[str, ...]:
-    names = split_list("--collective", items, f"one or more of {', '.join(m.COLLECTIVES)}, all")
-    if names is None:
-        return m.COLLECTIVES
-    names = [n.lower() for n in names]
-    for n in names:
-        if n not in m.COLLECTIVES and n != "all":
-            raise UsageError(f"unknown --collective {shown(n)}; accepted: {', '.join(m.COLLECTIVES)}, all")
-    if "all" in names:
-        return m.COLLECTIVES
-    return tuple(c for c in m.COLLECTIVES if c in names)
+    return choose("--collective", items, m.COLLECTIVES, m.COLLECTIVES)
 
 
 def parse_dtypes(items: list[str] | None) -> tuple[str, ...]:
-    names = split_list("--dtype", items, f"one or more of {', '.join(m.DTYPES)}")
-    if names is None:
-        return ("float32",)
-    names = [n.lower() for n in names]
-    for n in names:
-        if n not in m.DTYPES:
-            raise UsageError(f"unknown --dtype {shown(n)}; accepted: {', '.join(m.DTYPES)}")
-    return tuple(d for d in m.DTYPES if d in names)
+    return choose("--dtype", items, m.DTYPES, ("float32",), allow_all=False)
 
 
 def parse_mesh(text: str | None) -> tuple[tuple[str, int], ...] | None:
@@ -175,18 +159,3 @@ def parse_mesh(text: str | None) -> tuple[tuple[str, int], ...] | None:
         axes.append((name, int(size)))
     return tuple(axes)
 
-
-def _count(flag: str, value: int | None, default: int, *, low: int) -> int:
-    if value is None:
-        return default
-    if value < low or value > 10_000:
-        raise UsageError(f"{flag} must be between {low} and 10000, got {value}")
-    return value
-
-
-def _budget(value: float | None, default: float) -> float:
-    if value is None:
-        return default
-    if not (0 <= value <= 60):
-        raise UsageError(f"--budget must be between 0 and 60 seconds, got {value:g}")
-    return value

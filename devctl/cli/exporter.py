@@ -4,6 +4,7 @@ exporter runs (never for --help or completion)."""
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import sys
 import time
@@ -75,7 +76,6 @@ def exporter(
     from prometheus_client import CollectorRegistry, generate_latest
 
     from devctl.collect.exporter import Exporter
-    from devctl.render.prometheus import Collector
 
     source = Exporter(per_process=per_process, probe_timeout_s=max(timeout_s, 30.0))
     server = None if once or textfile is not None else _bind(address)  # a port in use is said before probing
@@ -91,10 +91,25 @@ def exporter(
             return
         assert server is not None
         _serve(server, registry, address)
-    finally:
+    finally:  # a source stuck in a driver call is a daemon thread: it does not hold up the exit
         if server is not None:
             server.server_close()
-        source.close()
+
+
+class Collector:
+    """A prometheus_client collector: each scrape collects afresh (devctl.collect.exporter, bounded by `timeout_s`)
+    and renders the collection as metric families (devctl.render.prometheus)."""
+
+    def __init__(self, exporter, timeout_s: float):
+        self.exporter, self.timeout_s = exporter, timeout_s
+
+    def describe(self) -> list:
+        return []  # registering must not collect
+
+    def collect(self):
+        from devctl.render.prometheus import families
+
+        yield from families(self.exporter.collect(self.timeout_s))
 
 
 def check_interval(value: float | None) -> float:
@@ -139,7 +154,7 @@ def _bind(address: tuple[str, int]):
         server = Server((host, port), Quiet)
     except OSError as e:
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        if e.errno == 98:  # EADDRINUSE
+        if e.errno == errno.EADDRINUSE:
             raise UsageError(f"--listen {where}: the port is in use (another exporter?); give another with --listen HOST:PORT") from None
         raise UsageError(f"--listen {where}: cannot listen there: {e.strerror or e}") from None
     server.timeout = 0.5  # handle_request() returns this often, so a signal is answered promptly

@@ -176,23 +176,36 @@ def _leak_samples(text: str | None) -> int:
 
     if text is None:
         return DEFAULT_WINDOW
-    if not text.strip().isascii() or not text.strip().isdigit() or int(text) == 1 or int(text) > 1000:
+    n = _whole(text, 0, 1000)
+    if n is None or n == 1:
         raise UsageError(f"--leak-samples must be 0 (off) or a whole number from 2 to 1000, got {text!r}")
-    return int(text)
+    return n
 
 
 def _pid(text: str) -> int:
-    if not text.strip().isascii() or not text.strip().isdigit() or not (1 <= int(text) <= 9_999_999):
+    n = _whole(text, 1, 9_999_999)
+    if n is None:
         raise UsageError(f"--pid must be a process id (a whole number of at least 1), got {text!r}")
-    return int(text)
+    return n
 
 
 def _top(text: str) -> int:
     from devctl.model.holders import MAX_TOP
 
-    if not text.strip().isascii() or not text.strip().isdigit() or not (1 <= int(text) <= MAX_TOP):
+    n = _whole(text, 1, MAX_TOP)
+    if n is None:
         raise UsageError(f"--top must be a whole number from 1 to {MAX_TOP}, got {text!r}")
-    return int(text)
+    return n
+
+
+def _whole(text: str, low: int, high: int) -> int | None:
+    """`text` as a whole number from `low` to `high`: ASCII digits only ('²' is a digit to str.isdigit), and few
+    of them (int() of thousands of digits raises); None otherwise."""
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):
+        return None
+    n = int(digits)
+    return n if low <= n <= high else None
 
 
 def _interval(text: str | None) -> float:
@@ -210,9 +223,10 @@ def _interval(text: str | None) -> float:
 def _count(text: str | None) -> int | None:
     if text is None:
         return None
-    if not text.strip().isdigit() or int(text) < 1:
+    n = _whole(text, 1, 10**18)
+    if n is None:
         raise UsageError(f"--count must be a whole number of at least 1, got {text!r}")
-    return int(text)
+    return n
 
 
 def _watch(sampler, first, interval_s: float, samples: int | None, output: str) -> None:

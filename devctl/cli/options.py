@@ -246,3 +246,37 @@ def write_output(flag: str, path: str, data: bytes) -> None:
         write_atomic(path, data)
     except OSError as e:
         raise UsageError(f"{flag} {shown(path)} was not written: {e.strerror or e}; the old file, if any, is unchanged") from None
+
+
+def check_count(flag: str, value: int | None, default: int, *, low: int, high: int = 1_000_000) -> int:
+    """--repeats, --warmups: `default` when not given, else a whole number from `low` to `high`."""
+    if value is None:
+        return default
+    if value < low or value > high:
+        raise UsageError(f"{flag} must be between {low} and {high}, got {value}")
+    return value
+
+
+def check_seconds(flag: str, value: float | None, default: float, *, high: float = 60) -> float:
+    """--min-time, --budget: `default` when not given, else seconds from 0 to `high` (NaN fails this too)."""
+    if value is None:
+        return default
+    if not (0 <= value <= high):
+        raise UsageError(f"{flag} must be between 0 and {high:g} seconds, got {value:g}")
+    return value
+
+
+def choose(flag: str, items: list[str] | None, choices: tuple[str, ...], default: tuple[str, ...], *, allow_all: bool = True) -> tuple[str, ...]:
+    """Names from a closed set (repeatable or comma-separated, any case), in the set's order; `all` for every one
+    when `allow_all`; `default` when not given."""
+    accepted = ", ".join(choices) + (", all" if allow_all else "")
+    names = split_list(flag, items, f"one or more of {accepted}")
+    if names is None:
+        return default
+    names = [n.lower() for n in names]
+    for n in names:
+        if n not in choices and not (allow_all and n == "all"):
+            raise UsageError(f"unknown {flag} {shown(n)}; accepted: {accepted}")
+    if allow_all and "all" in names:
+        return choices
+    return tuple(c for c in choices if c in names)

@@ -41,20 +41,17 @@ class Exporter:
     def start(self) -> None:
         """Probe JAX once (the child exits) and read the versions; a bad --publisher-dir is bad input here."""
         from devctl.collect.memstats import MemstatsSampler
-        from devctl.errors import DevctlError
+        from devctl.errors import DevctlError, InputRejected
 
         sampler = MemstatsSampler(device_filter=None, timeout_s=self.probe_timeout_s, host_root=self.root.root, publisher_dir=self.publisher_dir)
         try:
             snapshot = sampler.first()
             self.probed = [d for d in snapshot.devices if d.source == "jax"]
-        except DevctlError as e:
-            if type(e).__name__ in ("UsageError", "InputRejected"):
-                raise
+        except InputRejected:  # bad input (an unsafe snapshot directory named): exit 2
+            raise
+        except DevctlError as e:  # the probe failed: said by devctl_collect_success{source="probe"}, the rest goes on
             self.probe_error = str(e)
         self.versions = _versions()
-
-    def close(self) -> None:
-        """Nothing to wait for: a source stuck in a driver call is a daemon thread, which does not hold up the exit."""
 
     def collect(self, timeout_s: float) -> Collection:
         started = time.monotonic()

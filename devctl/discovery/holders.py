@@ -36,6 +36,8 @@ REQUEST_MAX_BYTES = 4096
 ANSWER_MAX_BYTES = 8 << 20
 PPROF_MAX_BYTES = 256 << 20
 POSTMORTEM_NAME = re.compile(r"^([1-9][0-9]{0,6})-([0-9]{1,12})\.postmortem\.json$")
+# How every post-mortem devctl writes begins (json.dumps with the schema first): what pruning checks before removing.
+POSTMORTEM_PREFIX = b'{"schema": "' + POSTMORTEM_SCHEMA.encode() + b'"'
 
 
 def request_path(directory: str, pid: int) -> str:
@@ -63,7 +65,7 @@ def request_top(pid: int, n: int, *, pprof: bool, timeout_s: float, directory: s
     A pid that does not publish here, or a job that does not answer within `timeout_s`, is InputRejected (one
     line, exit 2); the request is then withdrawn."""
     from devctl.discovery.publishers import read_publishers
-    from devctl.safefs import write_atomic
+    from devctl.safefs import remove_own_file, write_atomic
 
     report = read_publishers(directory, remove_stale=False)
     snap = next((p for p in report.publishers if p.pid == pid), None)
@@ -81,15 +83,15 @@ def request_top(pid: int, n: int, *, pprof: bool, timeout_s: float, directory: s
             answer = _answer(folder, pid, token)
             if answer is not None:
                 profile = _read(pprof_path(folder, pid), PPROF_MAX_BYTES) if pprof else None
-                _withdraw(answer_path(folder, pid))  # read: the job's answer to us, not left to pile up
+                remove_own_file(answer_path(folder, pid))  # read: the job's answer to us, not left to pile up
                 if pprof:
-                    _withdraw(pprof_path(folder, pid))
+                    remove_own_file(pprof_path(folder, pid))
                 if pprof and profile is None:
                     raise InputRejected(f"job {pid} answered without its memory profile: {answer.note or 'no profile file'}")
                 return answer, profile
             time.sleep(min(0.05, interval / 4))
     finally:
-        _withdraw(asked)
+        remove_own_file(asked)  # withdrawn, if the job has not answered (and removed) it
     raise InputRejected(
         f"job {pid} did not answer within {timeout_s:g} s (it publishes every {interval:g} s: is it stuck in a long "
         "call that holds the GIL?); give a longer --timeout"
@@ -118,19 +120,6 @@ def _read(path: str, cap: int) -> bytes | None:
         return None
     except OSError as e:
         raise InputRejected(f"{path}: {e.strerror or e}") from None
-
-
-def _withdraw(path: str) -> None:
-    """Remove a file of this exchange (the request devctl wrote, if the job has not removed it; the answer once
-    read): only a regular file of this user, never a link."""
-    import stat
-
-    try:
-        st = os.lstat(path)
-        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-            os.unlink(path)
-    except OSError:
-        pass
 
 
 def decode(cls: type, doc: Any, schema: str, path: str) -> Any:

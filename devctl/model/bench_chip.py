@@ -7,9 +7,9 @@ Pure stdlib: the CLI, the collectors and the probe children all read these recor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, TypedDict, TypeVar
 
-from devctl.model import json_schema
+from devctl.model import from_dict, json_schema, to_jsonable
 from devctl.model.devices import DeviceRef
 from devctl.model.stragglers import DEFAULT_FLOOR_PCT, DEFAULT_MAD_K, Straggler, find_stragglers
 
@@ -32,6 +32,18 @@ class ChipOptions:
     min_time_s: float = DEFAULT_MIN_TIME_S
     warmups: int = DEFAULT_WARMUPS
     quick: bool = False
+
+    def to_request(self) -> dict[str, Any]:
+        """The request the CLI hands the probe child (JSON), which reads it back with from_request."""
+        request: dict[str, Any] = to_jsonable(self)
+        return request
+
+    @classmethod
+    def from_request(cls: type[_O], data: dict[str, Any]) -> _O:
+        return from_dict(cls, data)
+
+
+_O = TypeVar("_O", bound=ChipOptions)
 
 
 class _ChipEnvironmentRequired(TypedDict):

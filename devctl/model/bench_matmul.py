@@ -6,9 +6,9 @@ Pure stdlib: the CLI (which must not import jax or numpy) and the probe child bo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
-from devctl.model import from_dict, json_schema, to_jsonable
+from devctl.model import json_schema
 from devctl.model.bench import BenchDevice
 from devctl.model.bench_chip import ChipEnvironment, ChipOptions, Comparison
 from devctl.model.gate import BenchGate, Figure
@@ -50,14 +50,6 @@ class MatmulOptions(ChipOptions):
 
     dtypes: tuple[str, ...] = DTYPES
     sizes: tuple[int, ...] | None = None  # matrix sides; None: the default for the platform
-
-    def to_request(self) -> dict[str, Any]:
-        request: dict[str, Any] = to_jsonable(self)
-        return request
-
-    @classmethod
-    def from_request(cls, data: dict[str, Any]) -> MatmulOptions:
-        return from_dict(cls, data)
 
 
 @dataclass(frozen=True)

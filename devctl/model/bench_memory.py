@@ -6,9 +6,8 @@ Pure stdlib: the CLI (which must not import jax or numpy) and the probe child bo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from devctl.model import from_dict, json_schema, to_jsonable
+from devctl.model import json_schema
 from devctl.model.bench import BenchDevice
 from devctl.model.bench_chip import GIB, MIB, ChipEnvironment, ChipOptions, Comparison
 from devctl.model.gate import BenchGate, Figure
@@ -36,14 +35,6 @@ class MemoryOptions(ChipOptions):
     """A validated request; the CLI builds it, the probe child reads it back from JSON."""
 
     sizes_bytes: tuple[int, ...] | None = None  # None: the default sweep for the platform (--quick: QUICK_SIZES)
-
-    def to_request(self) -> dict[str, Any]:
-        request: dict[str, Any] = to_jsonable(self)
-        return request
-
-    @classmethod
-    def from_request(cls, data: dict[str, Any]) -> MemoryOptions:
-        return from_dict(cls, data)
 
 
 @dataclass(frozen=True)

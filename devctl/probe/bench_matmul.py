@@ -25,11 +25,9 @@ from devctl.model.peaks import peak_for
 from devctl.probe.channel import emit, read_request, release_runtime
 from devctl.probe.chip import (
     environment,
-    failure_note,
-    room_problem,
+    prepare_and_time,
     start,
     stats,
-    time_interleaved,
 )
 from devctl.probe.transfer_devices import device_info, device_name
 
@@ -89,24 +87,8 @@ class Product:
 
 def measure_group(jax, np, devices: list, dtype: str, n: int, opts: m.MatmulOptions) -> list[m.MatmulCell]:
     """Every device at one dtype and size: each prepared (or skipped, with why), then timed taking turns."""
-    ready: dict[str, Product] = {}
-    skipped: dict[str, str] = {}
-    for dev in devices:
-        # Checked device by device as the matrices are made: CPU devices share host memory.
-        why = room_problem(dev, m.DEVICE_COPIES * n * n * m.ELEMENT_BYTES[dtype], f"n={n} {dtype} (A, B and C)")
-        if why:
-            skipped[device_name(dev)] = why
-            continue
-        try:
-            ready[device_name(dev)] = Product(jax, np, dev, dtype, n)
-            emit("tick", samples=0)  # making the buffers and compiling is work too: the watchdog hears of it
-        except Exception as e:  # an out-of-memory or a backend refusal costs this device's cell, not the run
-            skipped[device_name(dev)] = failure_note(e)
-    try:
-        samples = time_interleaved(dict(ready), opts) if ready else {}
-    except Exception as e:
-        skipped.update(dict.fromkeys(ready, failure_note(e)))
-        samples = {}
+    need = m.DEVICE_COPIES * n * n * m.ELEMENT_BYTES[dtype]
+    ready, samples, skipped = prepare_and_time(devices, need, f"n={n} {dtype} (A, B and C)", lambda dev: Product(jax, np, dev, dtype, n), opts)
     cells = []
     for dev in devices:
         name = device_name(dev)

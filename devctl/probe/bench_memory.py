@@ -26,11 +26,9 @@ from devctl.model.peaks import peak_for
 from devctl.probe.channel import emit, read_request, release_runtime
 from devctl.probe.chip import (
     environment,
-    failure_note,
-    room_problem,
+    prepare_and_time,
     start,
     stats,
-    time_interleaved,
 )
 from devctl.probe.transfer_devices import device_info, device_name
 from devctl.units import format_size_short
@@ -107,25 +105,8 @@ def measure_size(jax, devices: list, size: int, opts: m.MemoryOptions) -> list[m
         tiny = f"skipped: smaller than one {m.ELEMENT_BYTES}-byte element"
         return [m.MemoryCell(device_name(d), size, skipped=True, note=tiny) for d in devices]
     used = elements * m.ELEMENT_BYTES
-    ready: dict[str, Copy] = {}
-    skipped: dict[str, str] = {}
-    for dev in devices:
-        # Checked device by device as the buffers are made: on CPU the devices share host memory, and what the
-        # devices before this one hold is already gone from what is available.
-        why = room_problem(dev, m.DEVICE_COPIES * used, f"{format_size_short(size)} (source and destination)")
-        if why:
-            skipped[device_name(dev)] = why
-            continue
-        try:
-            ready[device_name(dev)] = Copy(jax, dev, elements)
-            emit("tick", samples=0)  # making the buffers and compiling is work too: the watchdog hears of it
-        except Exception as e:  # an out-of-memory or a backend refusal costs this device's cell, not the run
-            skipped[device_name(dev)] = failure_note(e)
-    try:
-        samples = time_interleaved(dict(ready), opts) if ready else {}
-    except Exception as e:
-        skipped.update(dict.fromkeys(ready, failure_note(e)))
-        samples = {}
+    what = f"{format_size_short(size)} (source and destination)"
+    ready, samples, skipped = prepare_and_time(devices, m.DEVICE_COPIES * used, what, lambda dev: Copy(jax, dev, elements), opts)
     rounded = None if used == size else f"rounded down to {used} bytes, a whole number of uint32 elements"
     cells = []
     for dev in devices:

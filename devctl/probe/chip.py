@@ -88,6 +88,31 @@ def start(opts: ChipOptions) -> tuple[Any, Any, list, list] | int:
     return jax, np, local, devices
 
 
+def prepare_and_time(devices: list, need_bytes: int, what: str, make: Callable[[Any], Any], opts: ChipOptions) -> tuple[dict, dict, dict]:
+    """Every device's callable made with `make(dev)` (or skipped, with why: no room for `need_bytes`, or making it
+    failed), then all timed taking turns; (made, samples, skipped), each by device name."""
+    ready: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    for dev in devices:
+        # Checked device by device as the buffers are made: on CPU the devices share host memory, and what the
+        # devices before this one hold is already gone from what is available.
+        why = room_problem(dev, need_bytes, what)
+        if why:
+            skipped[device_name(dev)] = why
+            continue
+        try:
+            ready[device_name(dev)] = make(dev)
+            emit("tick", samples=0)  # making the buffers and compiling is work too: the watchdog hears of it
+        except Exception as e:  # an out-of-memory or a backend refusal costs this device's cell, not the run
+            skipped[device_name(dev)] = failure_note(e)
+    try:
+        samples = time_interleaved(dict(ready), opts) if ready else {}
+    except Exception as e:
+        skipped.update(dict.fromkeys(ready, failure_note(e)))
+        samples = {}
+    return ready, samples, skipped
+
+
 def room_problem(dev, need_bytes: int, what: str) -> str | None:
     """Why a cell needing `need_bytes` on `dev` must be skipped (device memory, or host memory for a CPU device)."""
     if dev.platform == "cpu":

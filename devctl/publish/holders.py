@@ -21,27 +21,21 @@ def held(n: int) -> dict[str, Any]:
     model.holders records have them."""
     import jax
 
-    arrays = [x for x in jax.live_arrays() if not x.is_deleted()]
-    arrays = _without_aliases(arrays)
     own, libraries = _library_dirs()
-    facts = []
-    for x in arrays:
-        facts.append((int(x.nbytes), x))
-    facts.sort(key=lambda f: -f[0])
+    arrays = _without_aliases([x for x in jax.live_arrays() if not x.is_deleted()])
+    # (bytes, site, array), largest first.
+    facts = sorted(((int(x.nbytes), _site(x, own, libraries), x) for x in arrays), key=lambda f: -f[0])
     sites: dict[str | None, list[int]] = {}
-    site_of: dict[int, str | None] = {}
-    for nbytes, x in facts:
-        site = _site(x, own, libraries)
-        site_of[id(x)] = site
+    for nbytes, site, _ in facts:
         total = sites.setdefault(site, [0, 0])
         total[0] += 1
         total[1] += nbytes
-    top = [_describe(x, nbytes, site_of[id(x)]) for nbytes, x in facts[:n]]
+    top = [_describe(x, nbytes, site) for nbytes, site, x in facts[:n]]
     by_size = sorted(sites.items(), key=lambda kv: -kv[1][1])
     grouped = [{"site": site, "arrays": a, "nbytes": b} for site, (a, b) in by_size]
     return {
         "total_arrays": len(facts),
-        "total_bytes": sum(nbytes for nbytes, _ in facts),
+        "total_bytes": sum(f[0] for f in facts),
         "arrays": top,
         "sites": grouped[:MAX_SITES],
     }
@@ -150,7 +144,7 @@ def answer_request(directory: str, pid: int) -> bool:
 
     from devctl.discovery.holders import REQUEST_MAX_BYTES, answer_path, pprof_path, request_path
     from devctl.model.holders import MAX_TOP, TOP_SCHEMA
-    from devctl.safefs import read_regular, write_atomic
+    from devctl.safefs import read_regular, remove_own_file, write_atomic
 
     asked = request_path(directory, pid)
     try:
@@ -165,7 +159,7 @@ def answer_request(directory: str, pid: int) -> bool:
         n, token = int(request["n"]), str(request["token"])[:64]
         want_pprof = bool(request.get("pprof"))
     except (OSError, ValueError, KeyError, TypeError):
-        _remove(asked)
+        remove_own_file(asked)
         return False
     note = None
     if want_pprof:
@@ -187,31 +181,18 @@ def answer_request(directory: str, pid: int) -> bool:
     }
     doc["cost_s"] = round(time.thread_time() - started, 6)
     write_atomic(answer_path(directory, pid), json.dumps(doc).encode(), mode=0o600, sync=False)
-    _remove(asked)
+    remove_own_file(asked)
     return True
 
 
 def forget_requests(directory: str, pid: int) -> None:
     """At stop: this job's request, answer and profile files, which nobody will read now (regular files of this
     user only; post-mortems stay)."""
-    import stat
-
     from devctl.discovery.holders import answer_path, pprof_path, request_path
+    from devctl.safefs import remove_own_file
 
     for path in (request_path(directory, pid), answer_path(directory, pid), pprof_path(directory, pid)):
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-            _remove(path)
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+        remove_own_file(path)
 
 
 # ---- the post-mortem of a job that dies of RESOURCE_EXHAUSTED ----------------------------------------
@@ -301,9 +282,10 @@ def write_postmortem(directory: str, exc: BaseException) -> str:
         **held(_POSTMORTEM_TOP),
     }
     data = json.dumps(doc).encode()
-    if len(data) > POSTMORTEM_MAX_BYTES:  # too many sites: keep the largest that fit
-        doc["sites"] = doc["sites"][:20]
-        data = json.dumps(doc).encode()[:POSTMORTEM_MAX_BYTES]
+    while len(data) > POSTMORTEM_MAX_BYTES and (doc["sites"] or doc["arrays"]):  # keep the largest that fit, whole
+        key = "sites" if len(doc["sites"]) > 1 or not doc["arrays"] else "arrays"
+        doc[key] = doc[key][: len(doc[key]) // 2]
+        data = json.dumps(doc).encode()
     path = postmortem_path(directory, os.getpid(), now)
     write_atomic(path, data, mode=0o600, sync=True)  # the job is about to die: on disk before it does
     prune_postmortems(directory, now)
@@ -311,11 +293,13 @@ def write_postmortem(directory: str, exc: BaseException) -> str:
 
 
 def prune_postmortems(directory: str, now: float) -> None:
-    """Keep the newest POSTMORTEMS_KEPT post-mortems of this user, none older than POSTMORTEM_MAX_AGE_S."""
+    """Keep the newest POSTMORTEMS_KEPT post-mortems of this user, none older than POSTMORTEM_MAX_AGE_S; a file
+    named like one that devctl did not write (another schema, a link, another user's) is never removed."""
     import stat
 
-    from devctl.discovery.holders import POSTMORTEM_NAME
+    from devctl.discovery.holders import POSTMORTEM_NAME, POSTMORTEM_PREFIX
     from devctl.model.holders import POSTMORTEM_MAX_AGE_S, POSTMORTEMS_KEPT
+    from devctl.safefs import remove_own_file
 
     try:
         names = [n for n in os.listdir(directory) if POSTMORTEM_NAME.match(n)]
@@ -333,4 +317,4 @@ def prune_postmortems(directory: str, now: float) -> None:
     dated.sort(reverse=True)
     for i, (mtime, path) in enumerate(dated):
         if i >= POSTMORTEMS_KEPT or now - mtime > POSTMORTEM_MAX_AGE_S:
-            _remove(path)
+            remove_own_file(path, starts_with=POSTMORTEM_PREFIX)  # only what a devctl publisher wrote

@@ -38,15 +38,3 @@ def families(collection: Collection) -> Iterator[Any]:
             family.add_metric([s.labels.get(k, "") for k in spec.labels], s.value)
         yield family
 
-
-class Collector:
-    """A prometheus_client collector that collects afresh at every scrape, bounded by `timeout_s`."""
-
-    def __init__(self, exporter: Any, timeout_s: float):
-        self.exporter, self.timeout_s = exporter, timeout_s
-
-    def describe(self) -> list:
-        return []  # registering must not collect
-
-    def collect(self) -> Iterator[Any]:
-        yield from families(self.exporter.collect(self.timeout_s))
