@@ -173,11 +173,21 @@ def check_writable(path: str) -> None:
             st = None  # a dangling link: replaced like any link
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise UnsafeFile(errno.EINVAL, f"is not a regular file ({file_kind(st.st_mode)}); give the path of a file to write", path)
-    parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
-    if parent in ("/dev", "/proc", "/sys") or parent.startswith(("/dev/", "/proc/", "/sys/")):
+    if in_system_tree(os.path.realpath(os.path.dirname(os.path.abspath(path)))):
         # /dev/stdout is a link to a regular file when stdout is redirected to one: renaming over it would
         # replace the system's link, not write to stdout.
-        raise UnsafeFile(errno.EINVAL, "is in /dev, /proc or /sys; devctl writes only regular files elsewhere", path)
+        raise UnsafeFile(errno.EINVAL, "is in /dev, /proc or /sys, where devctl writes nothing (of /dev, only /dev/shm)", path)
+
+
+def in_system_tree(directory: str) -> bool:
+    """Whether files in the resolved `directory` belong to the system: /proc, /sys and /dev, but /dev/shm.
+
+    /dev/shm is the tmpfs of POSIX shared memory, meant for regular files: the default snapshot directory
+    where $XDG_RUNTIME_DIR is unset (root, containers, CI runners, batch jobs) and Kubernetes' memory-backed
+    emptyDir. Refusing it made every publisher there write nothing."""
+    if directory == "/dev/shm" or directory.startswith("/dev/shm/"):
+        return False
+    return directory in ("/dev", "/proc", "/sys") or directory.startswith(("/dev/", "/proc/", "/sys/"))
 
 
 def private_directory_problem(path: str) -> str | None:

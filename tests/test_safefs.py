@@ -60,6 +60,25 @@ def test_write_never_replaces_a_system_node(target):
     assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
 
 
+@pytest.mark.skipif(not os.access("/dev/shm", os.W_OK), reason="no writable /dev/shm here")
+def test_dev_shm_takes_files_and_a_link_from_it_into_dev_does_not(tmp_path):
+    """/dev/shm is a tmpfs for regular files (the default snapshot directory without XDG_RUNTIME_DIR); a directory
+    there that is a link to /dev itself is still /dev."""
+    import tempfile
+
+    shm = tempfile.mkdtemp(dir="/dev/shm", prefix="devctl-test-")
+    try:
+        safefs.write_atomic(os.path.join(shm, "1234.json"), b"{}")
+        assert open(os.path.join(shm, "1234.json"), "rb").read() == b"{}"
+        os.symlink("/dev", os.path.join(shm, "dev"))
+        with pytest.raises(safefs.UnsafeFile, match="/dev, /proc or /sys"):
+            safefs.write_atomic(os.path.join(shm, "dev", "devctl-test-new"), b"x")
+    finally:
+        for name in os.listdir(shm):
+            os.unlink(os.path.join(shm, name))
+        os.rmdir(shm)
+
+
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
     old = tmp_path / "report.xml"
     old.write_text("old report")

@@ -13,6 +13,7 @@ import atexit
 import math
 import os
 import stat
+import sys
 import threading
 import time
 import warnings
@@ -185,13 +186,15 @@ class Publisher:
             self._warn(problem, stacklevel=stacklevel + 1)
 
     def _warn(self, problem: str, *, stacklevel: int = 2) -> None:
-        if not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"devctl.publish: not publishing snapshots to {self._directory}: {problem}",
-                RuntimeWarning,
-                stacklevel=stacklevel,
-            )
+        """Say once, on the job's stderr, why nothing is published: a RuntimeWarning (shown by default)."""
+        if self._warned:
+            return
+        self._warned = True
+        message = f"devctl.publish: not publishing snapshots to {self._directory}: {problem}"
+        try:
+            warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
+        except Warning:  # -W error: raised in the publisher's thread it would reach nobody
+            print(message, file=sys.stderr, flush=True)
 
     def _run(self) -> None:
         next_t = time.monotonic()
@@ -231,6 +234,8 @@ class Publisher:
             write_atomic(path, encode(doc), mode=0o600, sync=False)  # rewritten every interval; tmpfs as a rule
             st = os.lstat(path)
         except OSError as e:
+            # Said on the job's stderr, once: a snapshot that cannot be written cannot carry its own error.
+            self._warn(f"writing {os.path.basename(path)} failed: {e.strerror or e}")
             self._pending_error = f"writing the snapshot failed: {describe(e)}"
             return
         written = (path, st.st_dev, st.st_ino)
