@@ -57,7 +57,7 @@ def postmortems_gpu8() -> PostMortemReport:
         POSTMORTEM_SCHEMA, 48213, ("python", "train.py", "--config", "llama-8b.yaml"), "dgx-h100-07", 1795593000.0,
         "JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.",
         16 * GIB, None, tuple(DeviceMemory(d, stats) for d in DEVICES), 40, int(67.5 * GIB), _arrays(), _sites(),
-        "/run/user/1000/devctl/48213-1795593000.postmortem.json",
+        requested_exact=True, requested_scope="allocation", path="/run/user/1000/devctl/48213-1795593000.postmortem.json",
     )  # fmt: skip
     return PostMortemReport(POSTMORTEMS_SCHEMA, "/run/user/1000/devctl", (pm,), ("/run/user/1000/devctl/17-1.postmortem.json: is damaged: pid",))
 

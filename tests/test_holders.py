@@ -110,14 +110,124 @@ def test_a_real_out_of_memory_leaves_a_postmortem_naming_the_request_and_the_hol
     doc = json.loads(run_devctl("memstats", "--postmortem", "--pid", str(job.pid), "--json", env=env).stdout)
     validate_schema(doc, "memstats.postmortems")
     (pm,) = doc["postmortems"]
-    assert pm["pid"] == job.pid and pm["requested_bytes"] == 1 << 42 and "RESOURCE_EXHAUSTED" in pm["error"]
+    assert pm["pid"] == job.pid and pm["requested_bytes"] == 4398046511104 and "RESOURCE_EXHAUSTED" in pm["error"]
+    # The CPU's message gives the byte count and names no device.
+    assert (pm["requested_exact"], pm["requested_device"], pm["requested_scope"]) == (True, None, "allocation")
     assert {d["device"] for d in pm["devices"]} == {f"cpu:{i}" for i in range(4)}
     assert pm["total_bytes"] >= TOTAL and pm["arrays"][0]["nbytes"] == 8 * MIB
     assert pm["arrays"][0]["site"] == site("big", "<module>")
     proc = run_devctl("memstats", "--postmortem", env=env)
-    assert proc.returncode == 0 and f"job {job.pid} (" in proc.stdout and "asking for 4.0 TiB" in proc.stdout, proc.stdout
+    assert proc.returncode == 0 and f"job {job.pid} (" in proc.stdout and "asking for 4.0 TiB\n" in proc.stdout, proc.stdout
     doctor = json.loads(run_devctl("doctor", "--json", env=env, timeout=300).stdout)
     assert any(f"job {job.pid} " in line and "RESOURCE_EXHAUSTED" in line for line in doctor["overview"]["sees"]), doctor["overview"]
+
+
+def test_a_postmortem_of_an_older_devctl_is_read_with_its_request(runtime):
+    """The H200's (reference/h200-observations.md section 5) as devctl 3e600fb wrote it, which did not read the
+    request: the reader reads it from the error. (What it held is the file's: the 4 TiB array was counted then.)"""
+    error = ("JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4.00TiB with allocator GPU_0_bfc on device 0. "
+             "[executable_name='jit_broadcast_in_dim'] [tf-allocator-allocation-error='']")  # fmt: skip
+    arrays = [
+        {"nbytes": 1 << 42, "shape": [1 << 42], "dtype": "uint8", "sharding": "SingleDeviceSharding(device=CudaDevice(id=0), memory_kind=device)",
+         "memory_kind": "device", "devices": ["gpu:0"], "site": "oom.py:6 (<module>)"},
+        {"nbytes": 8 * MIB, "shape": [2, 1024, 1024], "dtype": "float32", "sharding": "SingleDeviceSharding(device=CudaDevice(id=0), memory_kind=device)",
+         "memory_kind": "device", "devices": ["gpu:0"], "site": "oom.py:4 (holder)"},
+    ]  # fmt: skip
+    stats = {"bytes_in_use": 8 * MIB, "bytes_limit": 112583507968, "peak_bytes_in_use": 8 * MIB}
+    old = {
+        "schema": "devctl.memstats.postmortem/1", "pid": 2392, "command": ["python3", "oom.py"], "hostname": "h200", "timestamp": time.time(),
+        "error": error, "requested_bytes": None, "requested_device": None, "devices": [{"device": "gpu:0", "memory_stats": stats}],
+        "total_arrays": 2, "total_bytes": (1 << 42) + 8 * MIB, "arrays": arrays,
+        "sites": [{"site": "oom.py:6 (<module>)", "arrays": 1, "nbytes": 1 << 42}, {"site": "oom.py:4 (holder)", "arrays": 1, "nbytes": 8 * MIB}],
+    }  # fmt: skip
+    _write(runtime, "2392-1795593000.postmortem.json", old)
+    env = devctl_env(1, DEVCTL_RUNTIME_DIR=str(runtime))
+    doc = json.loads(run_devctl("memstats", "--postmortem", "--json", env=env).stdout)
+    validate_schema(doc, "memstats.postmortems")
+    (pm,) = doc["postmortems"]
+    assert (pm["requested_bytes"], pm["requested_device"], pm["requested_exact"]) == (4398046511104, "gpu:0", False)
+    proc = run_devctl("memstats", "--postmortem", env=env)
+    assert proc.returncode == 0 and "asking for 4.0 TiB on gpu:0" in proc.stdout, proc.stdout
+
+
+# A job whose asynchronous computation fails, as a GPU's out-of-memory output does: the array object exists from
+# dispatch (jax.live_arrays() lists it), its buffer never holds a value. On CPU a host callback that raises does it.
+ERRORED = r"""
+import json, threading, time
+import jax, jax.numpy as jnp
+from devctl.publish.holders import held
+
+def fail(x):
+    raise ValueError("the callback failed")
+
+gate = threading.Event()
+
+def wait(x):
+    gate.wait(20)
+    return x
+
+@jax.jit
+def slow(a):  # busy for long enough that what uses its output is dispatched before it is ready: asynchronously
+    for _ in range(8):
+        a = jnp.tanh(a @ a)
+    return a.sum()
+
+def through(callback):
+    shape = jax.ShapeDtypeStruct((1 << 20,), jnp.float32)  # 4 MiB
+    return jax.jit(lambda s: jax.pure_callback(callback, shape, jnp.broadcast_to(s, shape.shape)))
+
+waiting, failing = through(wait), through(fail)
+slow(jnp.zeros((512, 512), jnp.float32)).block_until_ready()  # compiled first: each dispatch below is immediate
+for f in (waiting, failing):
+    f.lower(jax.ShapeDtypeStruct((), jnp.float32)).compile()
+holder = jnp.ones((2 << 20,), jnp.float32)  # 8 MiB: what the job really holds
+start = jnp.full((512, 512), 1 / 512, jnp.float32)
+facts = {}
+# An array whose computation has not finished: held() answers without waiting for it.
+pending = waiting(slow(start))
+facts["pending_ready"] = pending.is_ready()
+t = time.perf_counter()
+facts["held_pending"] = held(5)
+facts["held_pending_s"] = time.perf_counter() - t
+gate.set()
+pending.block_until_ready()
+del pending
+# An array whose computation failed after its dispatch.
+failed = failing(slow(start))
+deadline = time.monotonic() + 60
+while not failed.is_ready() and time.monotonic() < deadline:
+    time.sleep(0.01)
+facts["listed"] = any(x is failed for x in jax.live_arrays())
+facts["deleted"] = failed.is_deleted()
+try:
+    failed.block_until_ready()
+    facts["raises"] = None
+except Exception as e:
+    facts["raises"] = type(e).__name__
+del start
+facts["held"] = held(5)
+print(json.dumps(facts), flush=True)
+"""
+
+
+def test_an_array_whose_computation_failed_holds_nothing_and_one_in_flight_does_not_block(tmp_path):
+    script = tmp_path / "errored.py"
+    script.write_text(ERRORED)
+    proc = subprocess.run([sys.executable, str(script)], env=devctl_env(1), cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout.splitlines()[-1])
+    # In flight: answered at once (not after the 20 s the callback waits), and counted: its buffers are reserved.
+    assert facts["pending_ready"] is False and facts["held_pending_s"] < 10, facts
+    assert facts["held_pending"]["total_bytes"] == 8 * MIB + 4 * MIB + 1 * MIB, facts["held_pending"]
+    # The failed one is a real object of the job that jax lists, not deleted, whose value raises...
+    assert (facts["listed"], facts["deleted"], facts["raises"]) == (True, False, "JaxRuntimeError"), facts
+    # ...and it holds nothing: the job holds its 8 MiB holder only.
+    held = facts["held"]
+    assert (held["total_arrays"], held["total_bytes"]) == (1, 8 * MIB), held
+    assert held["arrays"][0]["site"] == f"errored.py:{ERRORED_LINE} (<module>)", held
+
+
+ERRORED_LINE = next(i for i, text in enumerate(ERRORED.splitlines(), 1) if text.startswith("holder = "))
 
 
 def test_bad_requests_are_one_line_exit_2(tmp_path, runtime):

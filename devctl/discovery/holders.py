@@ -145,6 +145,10 @@ def _check(value: Any) -> None:
             raise ValueError(f"an array with nbytes {printable(repr(a.nbytes), 40)} and shape {printable(repr(a.shape), 80)}")
     if not isinstance(value.total_bytes, int) or value.total_bytes < 0:
         raise ValueError(f"total_bytes {printable(repr(value.total_bytes), 40)}")
+    for name in ("requested_bytes", "free_bytes", "capacity_bytes"):  # a post-mortem's
+        n = getattr(value, name, None)
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+            raise ValueError(f"{name} {printable(repr(n), 40)}")
 
 
 # ---- post-mortems -------------------------------------------------------------------------------
@@ -177,7 +181,7 @@ def read_postmortems(pid: int | None = None, directory: str | None = None) -> Po
                 except (OSError, ValueError, InputRejected) as e:
                     problems.append(printable(f"{path}: {e}", 500))
                     continue
-                found.append(_with_path(pm, path))
+                found.append(_with_request(_with_path(pm, path)))
         finally:
             os.close(fd)
     found.sort(key=lambda p: -p.timestamp)
@@ -188,3 +192,28 @@ def _with_path(pm: PostMortem, path: str) -> PostMortem:
     from dataclasses import replace
 
     return replace(pm, path=path)
+
+
+def _with_request(pm: PostMortem) -> PostMortem:
+    """A post-mortem of an older devctl (no requested_exact: it read only "allocat... N bytes") with the request
+    read again from its error (devctl.model.oom), as a newer publisher records it. The device is named only where
+    the job's GPUs were gpu:0 to gpu:N-1 (one process: JAX's id is then the local ordinal the message names)."""
+    from dataclasses import replace
+
+    from devctl.model.oom import parse_oom
+
+    if pm.requested_exact is not None:
+        return pm  # the publisher read it, with the job's devices at hand
+    found = parse_oom(pm.error)
+    if found.requested_bytes is None:
+        return pm
+    device = pm.requested_device
+    if device is None and found.device_ordinal is not None:
+        gpus = {d.device for d in pm.devices if d.device.partition(":")[0] in ("gpu", "cuda", "rocm")}
+        platforms = {g.partition(":")[0] for g in gpus}
+        if len(platforms) == 1 and gpus == {f"{next(iter(platforms))}:{i}" for i in range(len(gpus))} and found.device_ordinal < len(gpus):
+            device = f"{next(iter(platforms))}:{found.device_ordinal}"
+    return replace(
+        pm, requested_bytes=found.requested_bytes, requested_device=device, requested_exact=found.exact, requested_scope=found.scope,
+        requested_memory=found.memory, free_bytes=found.free_bytes, capacity_bytes=found.capacity_bytes,
+    )  # fmt: skip

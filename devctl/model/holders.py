@@ -8,6 +8,7 @@ Pure stdlib: the CLI builds and renders these without jax.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from devctl.model import json_schema
 
@@ -73,7 +74,9 @@ class DeviceMemory:
 
 @dataclass(frozen=True)
 class PostMortem:
-    """What a job held when a JAX call raised RESOURCE_EXHAUSTED and the job did not catch it."""
+    """What a job held when a JAX call raised RESOURCE_EXHAUSTED and the job did not catch it, and what the error
+    says it asked for (requested_*, free_bytes, capacity_bytes: the files of an older devctl lack the last five,
+    read as null)."""
 
     schema: str = field(metadata=json_schema(const=POSTMORTEM_SCHEMA))
     pid: int
@@ -81,14 +84,37 @@ class PostMortem:
     hostname: str
     timestamp: float
     error: str  # the exception, its first 500 characters
-    requested_bytes: int | None  # what the failed allocation asked for, from the message
-    requested_device: str | None  # where, when the message says
+    requested_bytes: int | None  # what the failed allocation asked for, from the message (devctl.model.oom)
+    requested_device: str | None  # where: the job's device of the ordinal the message names ("gpu:0"); None when it names none
     devices: tuple[DeviceMemory, ...]
-    total_arrays: int
+    total_arrays: int  # arrays whose buffers exist: one that was deleted, or whose computation failed, holds nothing
     total_bytes: int
     arrays: tuple[HeldArray, ...]  # the largest, with their sites
     sites: tuple[SiteTotal, ...]
+    # True: requested_bytes is the message's byte count; False: a size as XLA prints it ("4.00TiB"), exact to its last digit.
+    requested_exact: bool | None = None
+    # "program": the TPU compiler's figure, all that the program needs in that memory, not one allocation.
+    requested_scope: Literal["allocation", "program"] | None = None
+    requested_memory: str | None = None  # "pinned_host" (CUDA's "Out of host memory"), "hbm"; None where the message does not say
+    free_bytes: int | None = field(default=None, metadata=json_schema(minimum=0))  # what the message says was free (the TPU runtime)
+    capacity_bytes: int | None = field(default=None, metadata=json_schema(minimum=0))  # what the message says the memory holds (the TPU compiler)
     path: str | None = None  # the file it was read from (set by the reader)
+
+
+def requested_text(pm: PostMortem) -> str:
+    """What the job asked for, as the post-mortem view and doctor say it: "asking for 4.0 TiB on gpu:0", "asking
+    for 4.0 TiB" where the message names no device; "" where it says no size."""
+    from devctl.units import format_bytes
+
+    if pm.requested_bytes is None:
+        return ""
+    size = format_bytes(pm.requested_bytes)
+    if pm.requested_scope == "program":
+        of = f" of {format_bytes(pm.capacity_bytes)}" if pm.capacity_bytes is not None else ""
+        return f"compiling a program that needs {size}{of} {pm.requested_memory or 'memory'}"
+    where = f" on {pm.requested_device}" if pm.requested_device else " of pinned host memory" if pm.requested_memory == "pinned_host" else ""
+    free = f" ({format_bytes(pm.free_bytes)} free)" if pm.free_bytes is not None else ""
+    return f"asking for {size}{where}{free}"
 
 
 @dataclass(frozen=True)

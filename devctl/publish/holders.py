@@ -7,7 +7,7 @@ nobody asks pays nothing for it. jax is imported inside functions only.
 from __future__ import annotations
 
 import os
-import re
+from collections.abc import Container, Sequence
 from typing import Any
 
 from devctl.model.holders import MAX_SITES
@@ -22,7 +22,14 @@ def held(n: int) -> dict[str, Any]:
     import jax
 
     own, libraries = _library_dirs()
-    arrays = _without_aliases([x for x in jax.live_arrays() if not x.is_deleted()])
+    arrays, in_flight = [], set()
+    for x in jax.live_arrays():
+        state = _buffer_state(x)
+        if state == "in flight":
+            in_flight.add(id(x))
+        if state != "none":
+            arrays.append(x)
+    arrays = _without_aliases(arrays, in_flight)
     # (bytes, site, array), largest first.
     facts = sorted(((int(x.nbytes), _site(x, own, libraries), x) for x in arrays), key=lambda f: -f[0])
     sites: dict[str | None, list[int]] = {}
@@ -39,6 +46,25 @@ def held(n: int) -> dict[str, Any]:
         "arrays": top,
         "sites": grouped[:MAX_SITES],
     }
+
+
+def _buffer_state(x: Any) -> str:
+    """What the array holds. "held": its buffers exist; "in flight": its computation has not finished (its
+    buffers are reserved; asking more would wait for it); "none": nothing, though jax.live_arrays() lists it:
+    deleted (donated, or x.delete()), or its asynchronous computation failed. On a GPU the output of an
+    allocation that ran out of memory is such an array: the object exists from dispatch, its buffer never did.
+
+    Never blocks: a ready array's block_until_ready() returns at once, or raises the error its computation
+    ended with (is_ready() is True for both; is_deleted() False for both)."""
+    try:
+        if x.is_deleted():
+            return "none"
+        if not x.is_ready():
+            return "in flight"
+        x.block_until_ready()
+    except Exception:  # noqa: BLE001 - the computation's own error (JaxRuntimeError), or deleted meanwhile
+        return "none"
+    return "held"
 
 
 def _describe(x: Any, nbytes: int, site: str | None) -> dict[str, Any]:
@@ -98,13 +124,17 @@ def _where(file_name: str) -> str:
     return rel if not rel.startswith("..") else file_name
 
 
-def _without_aliases(arrays: list) -> list:
+def _without_aliases(arrays: list, in_flight: Container[int] = ()) -> list:
     """Every array once: a single-device array that is a shard of a multi-device one (a host fetch creates such
-    objects, and jax.live_arrays() lists them beside their parents) is the parent's memory, not another array's."""
+    objects, and jax.live_arrays() lists them beside their parents) is the parent's memory, not another array's.
+    An array still in flight (ids in `in_flight`) is not matched: its buffer's pointer can wait for the computation
+    to start, and its views come after it."""
     singles: dict[tuple[int, int], Any] = {}
     multi = []
     aliases: set[int] = set()
     for x in arrays:
+        if id(x) in in_flight:
+            continue
         devices = x.sharding.device_set
         if len(devices) == 1:
             try:
@@ -120,6 +150,8 @@ def _without_aliases(arrays: list) -> list:
     if not singles or not multi:
         return [x for x in arrays if id(x) not in aliases]
     for parent in multi:
+        if id(parent) in in_flight:
+            continue
         for shard in parent.addressable_shards:
             try:
                 key = (shard.device.id, shard.data.unsafe_buffer_pointer())
@@ -198,7 +230,6 @@ def forget_requests(directory: str, pid: int) -> None:
 # ---- the post-mortem of a job that dies of RESOURCE_EXHAUSTED ----------------------------------------
 
 _POSTMORTEM_TOP = 20
-_REQUESTED = re.compile(r"allocat\w*\s+(\d+)\s+bytes")
 _installed = False
 
 
@@ -246,6 +277,42 @@ def _record(directory_of, exc: BaseException | None) -> None:
         pass
 
 
+def _chain_text(exc: BaseException | None) -> str:
+    """The messages of the exception and of those it was raised from (a chained one may carry the allocator's own
+    line, with the exact size), outermost first."""
+    messages: list[str] = []
+    while exc is not None and len(messages) < 10:
+        messages.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    return "\n".join(messages)
+
+
+def requested(message: str, local_devices: Sequence[Any]) -> dict[str, Any]:
+    """The post-mortem's request fields (model.holders.PostMortem) from the error's text (devctl.model.oom) and
+    the job's local devices: the ordinal a GPU message names is the device of that local hardware id (CUDA's or
+    ROCm's ordinal among the visible devices), failing that of that id; None where no GPU of the job matches."""
+    from devctl.model.oom import parse_oom
+
+    found = parse_oom(message)
+    device = None
+    if found.device_ordinal is not None:
+        gpus = [d for d in local_devices if getattr(d, "platform", None) in ("gpu", "cuda", "rocm")]
+        match = [d for d in gpus if getattr(d, "local_hardware_id", None) == found.device_ordinal] or [
+            d for d in gpus if getattr(d, "id", None) == found.device_ordinal
+        ]
+        if len(match) == 1:
+            device = f"{match[0].platform}:{match[0].id}"
+    return {
+        "requested_bytes": found.requested_bytes,
+        "requested_device": device,
+        "requested_exact": found.exact if found.requested_bytes is not None else None,
+        "requested_scope": found.scope,
+        "requested_memory": found.memory,
+        "free_bytes": found.free_bytes,
+        "capacity_bytes": found.capacity_bytes,
+    }
+
+
 def write_postmortem(directory: str, exc: BaseException) -> str:
     """Write what the job holds now, and what it asked for, as `<pid>-<time>.postmortem.json`; prune old ones."""
     import json
@@ -260,9 +327,9 @@ def write_postmortem(directory: str, exc: BaseException) -> str:
     from devctl.safefs import write_atomic
 
     message = str(exc)
-    found = _REQUESTED.search(message)
+    local = jax.local_devices()
     devices = []
-    for d in jax.local_devices():
+    for d in local:
         try:
             stats = d.memory_stats()
         except Exception:  # noqa: BLE001
@@ -276,8 +343,7 @@ def write_postmortem(directory: str, exc: BaseException) -> str:
         "hostname": socket.gethostname(),
         "timestamp": now,
         "error": f"{type(exc).__name__}: {message}"[:500],
-        "requested_bytes": int(found.group(1)) if found else None,
-        "requested_device": None,
+        **requested(_chain_text(exc), local),
         "devices": devices,
         **held(_POSTMORTEM_TOP),
     }

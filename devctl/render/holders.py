@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from devctl.model.holders import FleetTopReport, HeldArray, PostMortem, PostMortemReport, SiteTotal, TopReport
+from devctl.model.holders import FleetTopReport, HeldArray, PostMortem, PostMortemReport, SiteTotal, TopReport, requested_text
 from devctl.units import format_bytes
 
 
@@ -97,7 +97,7 @@ def _postmortem(pm: PostMortem) -> None:
     from devctl.text import printable
 
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(pm.timestamp))
-    asked = f", asking for {format_bytes(pm.requested_bytes)}" if pm.requested_bytes is not None else ""
+    asked = f", {text}" if (text := requested_text(pm)) else ""
     say(f"job {pm.pid} ({printable(' '.join(pm.command), 120)}) ran out of memory at {when}{asked}")
     say(f"error: {pm.error}", hang="  ")
     for d in pm.devices:
