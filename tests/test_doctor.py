@@ -11,6 +11,7 @@ import pytest
 from conftest import devctl_env, run_devctl, validate_schema
 from hosttrees import nvidia_host, tpu_v4_host, tpu_v5e_host
 from plugin_packages import write_plugin
+from test_one_voice import assert_one_voice
 
 from devctl.privilege import as_root
 
@@ -22,6 +23,8 @@ def _doctor(*args: str, env: dict[str, str] | None = None, code: int = 1, cwd: P
     assert proc.returncode == code, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     doc = json.loads(proc.stdout)
     validate_schema(doc, "doctor")
+    # Each backend a finding explains is said in "What JAX will use" with that finding's fix (issue 20).
+    assert_one_voice(doc["findings"], doc["overview"]["jax_will_use"])
     return doc
 
 

@@ -8,6 +8,7 @@ import os
 import pytest
 from conftest import devctl_env, run_devctl
 from plugin_packages import write_plugin
+from test_one_voice import assert_one_voice
 
 
 def _setups(tmp_path, pjrt_libs):
@@ -33,7 +34,10 @@ def test_list_check_and_doctor_agree(name, tmp_path, pjrt_libs):
     assert backends["details"]["code"] == outcome["code"] and backends["remediation"] == outcome["fix"]
 
     doctored = run_devctl("doctor", "--json", env=env, cwd=tmp_path)
-    findings = {f["code"]: f for f in json.loads(doctored.stdout)["findings"]}
+    doc = json.loads(doctored.stdout)
+    findings = {f["code"]: f for f in doc["findings"]}
     assert doctored.returncode == 1 and findings[outcome["code"]]["fix"] == outcome["fix"]
+    # And within doctor: the failing backend's line in "What JAX will use" gives the same fix as its finding.
+    assert_one_voice(doc["findings"], doc["overview"]["jax_will_use"])
     # Nothing in doctor sends the user back to doctor.
     assert not [f for f in findings.values() if "devctl doctor" in f["fix"]]

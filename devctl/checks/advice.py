@@ -70,7 +70,8 @@ def amd_present(hw) -> bool:
     return bool(getattr(hw.amd, "gpus", None))
 
 
-def _is_cuda(row: BackendInfo) -> bool:
+def is_cuda(row: BackendInfo) -> bool:
+    """The CUDA backend, or a plugin that provides it (jax_plugins.xla_cuda13)."""
     return row.platform == "cuda" or "cuda" in (row.plugin or "")
 
 
@@ -119,13 +120,13 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None) -> A
         # Before the machine's evidence: an entry's failure propagates out of every jax.devices(),
         # JAX_PLATFORMS=cpu or not (a CUDA entry beside jax[cuda12] fails with ALREADY_EXISTS exactly then).
         return pjrt_entry(row, environ)
-    if broken and _is_cuda(row) and nodes_without_driver(hw):
+    if broken and is_cuda(row) and nodes_without_driver(hw):
         return Advice(
             "nvidia-driver-not-mounted",
             "NVIDIA device nodes exist but the driver's libraries (libcuda, libnvidia-ml) cannot be loaded",
             "in a container, start it with the NVIDIA runtime (docker run --gpus all, or the NVIDIA device plugin in Kubernetes) so the driver libraries are mounted; on a host, install the NVIDIA driver",
         )
-    if broken and _is_cuda(row) and nvidia_evidence(hw) is None:
+    if broken and is_cuda(row) and nvidia_evidence(hw) is None:
         return no_nvidia_gpu(row)
     if broken and _is_rocm(row) and not amd_present(hw):
         # Unlike the CUDA plugin's, the ROCm plugin's initialize() counts AMD GPUs before it reads

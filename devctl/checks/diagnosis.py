@@ -53,10 +53,11 @@ def diagnose(s: Scene) -> list[DoctorFinding]:
     for d in drafts:
         m = merged.get(d.id)
         if m is None:
-            merged[d.id] = Draft(d.id, list(d.evidence), list(d.checks), d.fix, d.severity)
+            merged[d.id] = Draft(d.id, list(d.evidence), list(d.checks), d.fix, d.severity, list(d.backends))
             continue
         m.evidence += [e for e in d.evidence if e not in m.evidence]
         m.checks += [c for c in d.checks if c not in m.checks]
+        m.backends += [b for b in d.backends if b not in m.backends]
         m.fix = m.fix or d.fix
         if d.severity == "error":
             m.severity = "error"
@@ -102,4 +103,21 @@ def _finding(d: Draft) -> DoctorFinding:
         fix=d.fix or known.fix,
         references=list(known.references),
         checks=d.checks,
+        backends=d.backends,
     )
+
+
+# Findings that say only that a backend fails (its error unrecognized), or why its failure stops jax.devices()
+# (JAX_PLATFORMS names it), not why it fails: a backend's line takes one only when no finding says why.
+_NOT_A_CAUSE = ("jax-platforms-unavailable", "plugin-broken", "backend-failed")
+
+
+def explanations(findings: list[DoctorFinding]) -> dict[str, DoctorFinding]:
+    """Each backend row that did not start -> the finding that explains it, whose fix its line in "What JAX will use"
+    gives: of those that list the row, the first in the catalogue's order that names a cause."""
+    order = list(CATALOGUE)
+    out: dict[str, DoctorFinding] = {}
+    for f in sorted(findings, key=lambda f: (f.id in _NOT_A_CAUSE, order.index(f.id))):
+        for platform in f.backends:
+            out.setdefault(platform, f)
+    return out

@@ -32,7 +32,8 @@ def cuda_plugin_missing(s: Scene) -> Iterable[Draft]:
             "JAX says: An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed. "
             f"Falling back to {s.inv.default_platform or 'cpu'}."
         )
-    yield Draft("cuda-plugin-missing", evidence, ["devices", "backends"], fix=_cuda_fix(s))
+    # A cuda row here is JAX_PLATFORMS naming cuda, which no plugin provides: installing one is what starts it.
+    yield Draft("cuda-plugin-missing", evidence, ["devices", "backends"], fix=_cuda_fix(s), backends=s.cuda_rows())
 
 
 def _cuda_fix(s: Scene) -> str:
@@ -59,6 +60,7 @@ def hidden_gpus(s: Scene) -> Iterable[Draft]:
             [f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU from CUDA, and {len(gpus)} NVIDIA GPU(s) are present"],
             ["devices", "backends", "env"],
             fix="unset CUDA_VISIBLE_DEVICES, or list the GPUs this job should use (CUDA_VISIBLE_DEVICES=0,1,...)",
+            backends=s.cuda_rows(),
         )
     bound = [f.address for f in s.hw.nvidia_pci if f.driver == "nvidia"]
     nodes = [n for n in s.hw.nvidia_device_nodes if re.fullmatch(r"/dev/nvidia(\d+|ctl)", n)]
@@ -68,6 +70,7 @@ def hidden_gpus(s: Scene) -> Iterable[Draft]:
             [f"{len(bound)} GPU(s) bound to the nvidia driver ({few(bound)}) but no /dev/nvidia* device node: a container started without GPUs"],
             ["devices", "backends"],
             fix="start the container with --gpus all (NVIDIA Container Toolkit), or request nvidia.com/gpu in Kubernetes",
+            backends=s.cuda_rows(),
         )
 
 
@@ -85,6 +88,7 @@ def fabric_manager_missing(s: Scene) -> Iterable[Draft]:
         ],
         ["backends", "devices"],
         fix=f"install {package} (the same branch as the driver) and start it: sudo systemctl enable --now nvidia-fabricmanager",
+        backends=s.cuda_rows(),
     )
 
 
@@ -96,6 +100,7 @@ def driver_library_mismatch(s: Scene) -> Iterable[Draft]:
             "driver-library-mismatch",
             [f"kernel module {kernel} (/proc/driver/nvidia/version), user-space libcuda.so.{', libcuda.so.'.join(libs)}"],
             ["backends", "nvml-health"],
+            backends=s.cuda_rows(),
         )
 
 
@@ -117,6 +122,7 @@ def driver_too_old_offline(s: Scene) -> Iterable[Draft]:
             ["versions"],
             fix=finding.hint,
             severity="error" if finding.severity == "error" else "warning",
+            backends=s.cuda_rows() if finding.severity == "error" else [],  # a warning slows CUDA; it does not stop it
         )
 
 

@@ -11,6 +11,7 @@ from typing import Iterable
 from devctl.checks.advice import finding_of
 from devctl.checks.catalogue import MESSAGES
 from devctl.checks.scene import BROKEN, Draft, Scene, Severity, explained_by_evidence
+from devctl.model.env import EnvFinding
 from devctl.model.list_ import BackendStatus
 
 # A TPU finding already explains why the tpu backend and libtpu fail: they are not named again.
@@ -27,7 +28,9 @@ def jax_devices_fails(s: Scene) -> Iterable[Draft]:
         # A generic advice: a catalogue entry that recognizes JAX's words says more.
         known = next((fid for fid, pattern in MESSAGES if pattern.search(outcome.error or "")), None)
         finding, fix = (known, None) if known else (finding, fix)
-    yield Draft(finding, [f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit}"], ["backends", "devices"], fix=fix)
+    culprit = s.not_ok(b for b in s.inv.backends if b.platform == outcome.culprit)
+    evidence = [f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit}"]
+    yield Draft(finding, evidence, ["backends", "devices"], fix=fix, backends=culprit)
 
 
 def evidence_first(s: Scene) -> Iterable[Draft]:
@@ -46,15 +49,15 @@ def evidence_first(s: Scene) -> Iterable[Draft]:
         outcome = getattr(s.inv, "jax_outcome", None)
         fails = outcome is not None and outcome.fails
         severity: Severity = "error" if fails or finding in ("nvidia-driver-not-mounted", "pjrt-entry-broken") else "warning"
-        yield Draft(finding, evidence, ["plugins"] if b.plugin else ["backends"], fix=b.hint, severity=severity)
+        yield Draft(finding, evidence, ["plugins"] if b.plugin else ["backends"], fix=b.hint, severity=severity, backends=[b.platform])
 
 
 def known_messages(s: Scene) -> Iterable[Draft]:
     """Every error devctl collected that carries JAX's or XLA's own words for a catalogue entry."""
-    for where, message, checks in s.errors():
+    for where, message, checks, rows in s.errors():
         for fid, pattern in MESSAGES:
             if pattern.search(message):
-                yield Draft(fid, [f"{where}: {message}"], checks)
+                yield Draft(fid, [f"{where}: {message}"], checks, backends=rows)
 
 
 def jax_platforms_unavailable(s: Scene) -> Iterable[Draft]:
@@ -71,6 +74,7 @@ def jax_platforms_unavailable(s: Scene) -> Iterable[Draft]:
             [f"JAX_PLATFORMS={s.environ['JAX_PLATFORMS']!r}, and {state}"],
             ["backends", "devices", "env"],
             fix=f"drop {name} from JAX_PLATFORMS, or unset it so JAX picks the best available backend",
+            backends=s.not_ok(rows),
         )
 
 
@@ -95,7 +99,8 @@ def version_skew(s: Scene) -> Iterable[Draft]:
             fid = "cuda-library-shadowed"
         else:
             fid = "jax-jaxlib-skew"
-        yield Draft(fid, [f.message], ["versions"], fix=f.remediation or None, severity="error" if f.severity == "error" else "warning")
+        severity: Severity = "error" if f.severity == "error" else "warning"
+        yield Draft(fid, [f.message], ["versions"], fix=f.remediation or None, severity=severity, backends=_skewed_rows(s, [f]))
     if not stack or fix is None:  # stack holds only findings of the one fix
         return
     involved = {roles.get(p) for f in stack for p in f.packages}
@@ -105,9 +110,19 @@ def version_skew(s: Scene) -> Iterable[Draft]:
         fid = "plugin-version-skew"
     else:
         fid = "libtpu-version-skew"
-    severity: Severity = "error" if any(f.severity == "error" for f in stack) else "warning"
+    worst: Severity = "error" if any(f.severity == "error" for f in stack) else "warning"
     evidence = [f.message for f in stack] + ([f"the fix {fix.summary}"] if fix.summary else [])
-    yield Draft(fid, evidence, ["versions"], fix=fix.command, severity=severity)
+    yield Draft(fid, evidence, ["versions"], fix=fix.command, severity=worst, backends=_skewed_rows(s, stack))
+
+
+def _skewed_rows(s: Scene, skews: list[EnvFinding]) -> list[str]:
+    """The rows skews explain: those their packages install; every CUDA row for a driver or CUDA library JAX refuses."""
+    rows = []
+    for f in skews:
+        rows += s.rows_of_packages(f.packages)
+        if f.severity == "error" and any(p in ("nvidia-driver", "cuda-runtime") or p.startswith("nvidia-") for p in f.packages):
+            rows += s.cuda_rows()
+    return list(dict.fromkeys(rows))
 
 
 def pjrt_api_mismatch(s: Scene) -> Iterable[Draft]:
@@ -130,6 +145,7 @@ def pjrt_api_mismatch(s: Scene) -> Iterable[Draft]:
             [f"plugin {p.name} ({p.library_path}): {pjrt_refusal(p)}"],
             ["plugins", "backends"],
             fix=remedy,
+            backends=s.rows_of_plugin(p),
         )
 
 
@@ -144,9 +160,9 @@ def unrecognized_failures(s: Scene, drafts: list[Draft]) -> Iterable[Draft]:
             continue
         evidence = [f"{b.platform} {'plugin' if b.plugin else 'backend'} {b.status.value}: {b.error}"]
         if b.plugin:
-            yield Draft("plugin-broken", evidence, ["plugins"], fix=b.hint)
+            yield Draft("plugin-broken", evidence, ["plugins"], fix=b.hint, backends=[b.platform])
         else:
-            yield Draft("backend-failed", evidence, ["backends"], fix=b.hint)
+            yield Draft("backend-failed", evidence, ["backends"], fix=b.hint, backends=[b.platform])
     from devctl.checks.software import is_plugin_failure
 
     for p in s.inv.plugins:
@@ -155,4 +171,5 @@ def unrecognized_failures(s: Scene, drafts: list[Draft]) -> Iterable[Draft]:
         if any(b.platform == p.name and explained_by_evidence(b) for b in s.inv.backends):
             continue  # the same plugin as a row the evidence already explains
         if is_plugin_failure(p) and not (p.error and p.error in said):
-            yield Draft("plugin-broken", [f"plugin {p.name} ({p.source.value}): {p.status.value}: {p.error}"], ["plugins"])
+            evidence = [f"plugin {p.name} ({p.source.value}): {p.status.value}: {p.error}"]
+            yield Draft("plugin-broken", evidence, ["plugins"], backends=s.rows_of_plugin(p))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from devctl.checks.scene import Draft, Scene, few
+from devctl.checks.scene import Draft, Scene, Severity, few
 from devctl.model.hardware import ProcessRef
 from devctl.model.list_ import BackendStatus
 from devctl.privilege import as_root, thp_fix
@@ -39,6 +39,7 @@ def tpu_held(s: Scene) -> Iterable[Draft]:
         yield Draft(
             "tpu-held", evidence, ["tpu", "backends", "devices"],
             fix=f"stop it when it is safe (kill {pid}; {as_root(f'lsof -w {paths[0]}')} lists every holder); to share the chips set TPU_VISIBLE_CHIPS, TPU_CHIPS_PER_PROCESS_BOUNDS and TPU_PROCESS_BOUNDS",
+            backends=s.tpu_rows(),
         )  # fmt: skip
     if lock.state == "stale":
         named = f", and the pid it names ({lock.pid_in_file}) is not running" if lock.pid_in_file else ""
@@ -60,6 +61,7 @@ def libtpu_missing(s: Scene) -> Iterable[Draft]:
             ["env", "tpu", "backends"],
             fix="point TPU_LIBRARY_PATH at an existing libtpu.so, or unset it and pip install -U \"jax[tpu]\"",
             severity="error" if tpu.chips else "warning",
+            backends=s.tpu_rows(),
         )
     has_libtpu = any(p.role == "libtpu" and p.version for p in s.env.packages) or (path is not None and os.path.exists(path))
     if tpu.chips and not has_libtpu and not _holders(s) and not s.ok("tpu"):
@@ -70,6 +72,7 @@ def libtpu_missing(s: Scene) -> Iterable[Draft]:
                 "JAX says: A Google TPU may be present on this machine, but either a TPU-enabled jaxlib or libtpu is not installed.",
             ],
             ["tpu", "backends", "devices"],
+            backends=s.tpu_rows(),
         )
 
 
@@ -84,7 +87,8 @@ def tpu_device_access(s: Scene) -> Iterable[Draft]:
             why = "/dev/vfio/vfio (the vfio container node) is missing"
         else:
             continue
-        yield Draft("tpu-device-permission", [f"TPU {chip.index} ({chip.version}, {chip.pci_address}): {why}"], ["tpu", "backends", "devices"])
+        evidence = [f"TPU {chip.index} ({chip.version}, {chip.pci_address}): {why}"]
+        yield Draft("tpu-device-permission", evidence, ["tpu", "backends", "devices"], backends=s.tpu_rows())
 
 
 def multihost_slice_waiting(s: Scene) -> Iterable[Draft]:
@@ -96,7 +100,9 @@ def multihost_slice_waiting(s: Scene) -> Iterable[Draft]:
         evidence = [f"TPU_WORKER_HOSTNAMES lists {len(hosts)} hosts ({few(hosts)}): TPU initialization waits until every one runs the program"]
         if timed_out and tpu_row is not None:
             evidence.append(f"the tpu backend did not initialize: {tpu_row.error}")
-        yield Draft("multihost-slice-waiting", evidence, ["backends", "tpu", "devices"], severity="error" if timed_out else "warning")
+        severity: Severity = "error" if timed_out else "warning"
+        rows = s.tpu_rows() if timed_out else []  # waiting is how a slice starts: only the timeout is the tpu row's failure
+        yield Draft("multihost-slice-waiting", evidence, ["backends", "tpu", "devices"], severity=severity, backends=rows)
 
 
 def tpu_thp_off(s: Scene) -> Iterable[Draft]:

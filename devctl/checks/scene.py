@@ -8,15 +8,16 @@ findings. The helpers here are the few that rules of several modules share.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Literal, Mapping
+from dataclasses import dataclass, field
+from typing import Iterable, Literal, Mapping
 
-from devctl.checks.advice import code_of
+from devctl.checks.advice import code_of, is_cuda
 from devctl.checks.catalogue import CUDA_MIN_DRIVER_BRANCH
 from devctl.model.check import CheckResult
 from devctl.model.env import EnvironmentReport, PackageVersion
 from devctl.model.hardware import MachineFacts, NvmlHealth
 from devctl.model.list_ import BackendInfo, BackendStatus, Hardware, Inventory
+from devctl.model.plugins import PluginReport
 
 BROKEN = (BackendStatus.FAILED, BackendStatus.TIMEOUT, BackendStatus.CRASHED)
 Severity = Literal["error", "warning"]  # model.doctor.DoctorFinding.severity
@@ -53,17 +54,51 @@ class Scene:
     def cuda_packages(self) -> list[PackageVersion]:
         return [p for p in self.env.packages if p.role in ("plugin", "pjrt") and "cuda" in p.name and p.version]
 
-    def errors(self) -> list[tuple[str, str, list[str]]]:
-        """(where, message, checks it shows up in) for every error text devctl collected: backends, plugins, NVML."""
+    def errors(self) -> list[tuple[str, str, list[str], list[str]]]:
+        """(where, message, checks it shows up in, backend rows it is the error of) for every error text devctl
+        collected: backends, plugins, NVML."""
         out = []
         for b in self.inv.backends:
             if b.error and b.status in BROKEN and not explained_by_evidence(b):
-                out.append((f"{b.platform} backend", b.error, ["plugins"] if b.plugin else ["backends"]))
-        out += [(f"plugin {p.name}", p.error, ["plugins"]) for p in self.inv.plugins if p.error]
+                out.append((f"{b.platform} backend", b.error, ["plugins"] if b.plugin else ["backends"], [b.platform]))
+        out += [(f"plugin {p.name}", p.error, ["plugins"], self.rows_of_plugin(p)) for p in self.inv.plugins if p.error]
         reason = getattr(self.hw.nvidia, "reason", None)
         if reason and getattr(self.hw.nvidia, "status", None) == "error":
-            out.append(("NVML", reason, ["nvml-health"]))
+            out.append(("NVML", reason, ["nvml-health"], self.cuda_rows()))
         return out
+
+    # What a finding explains, as the rows of `devctl list` that did not start (their platform names): "What JAX
+    # will use" gives each such row the fix of the finding that explains it (diagnosis.explanations).
+
+    def not_ok(self, which: Iterable[BackendInfo] | None = None) -> list[str]:
+        return [b.platform for b in (self.inv.backends if which is None else which) if b.status is not BackendStatus.OK]
+
+    def cuda_rows(self) -> list[str]:
+        """The CUDA backend and the plugins that provide it: what a cause on the NVIDIA side (driver, GPUs) explains."""
+        return self.not_ok(b for b in self.inv.backends if is_cuda(b))
+
+    def tpu_rows(self) -> list[str]:
+        return self.not_ok(b for b in self.inv.backends if b.platform == "tpu")
+
+    def rows_of_plugin(self, p: PluginReport) -> list[str]:
+        """The row of a plugin: a PJRT_NAMES_AND_LIBRARY_PATHS entry's by its name, a package's by its module."""
+        return self.not_ok(b for b in self.inv.backends if b.platform == p.name or (b.plugin and b.plugin == p.module))
+
+    def rows_of_packages(self, packages: Iterable[str]) -> list[str]:
+        """The rows whose code these distributions install: jax's own for jax and jaxlib, the tpu backend for libtpu,
+        a plugin's for either distribution of its pair (jax-cuda13-plugin and jax-cuda13-pjrt are one plugin)."""
+        families = {_family(p) for p in packages}
+        modules = {p.module for p in self.inv.plugins if p.module and p.distribution and _family(p.distribution) in families}
+        rows = []
+        for b in self.inv.backends:
+            series = re.search(r"(cuda|rocm)\d+", b.plugin or "")
+            if b.plugin and (b.plugin in modules or (series and f"jax-{series.group(0)}" in families)):
+                rows.append(b)
+            elif not b.plugin and b.platform == "jax" and families & {"jax", "jaxlib"}:
+                rows.append(b)
+            elif not b.plugin and b.platform == "tpu" and "libtpu" in families:
+                rows.append(b)
+        return self.not_ok(rows)
 
 
 @dataclass
@@ -75,11 +110,18 @@ class Draft:
     checks: list[str]
     fix: str | None = None  # None: the catalogue's fix
     severity: Severity = "error"
+    backends: list[str] = field(default_factory=list)  # the rows (platforms) whose failure this explains: Scene.not_ok
 
 
 def explained_by_evidence(b: BackendInfo) -> bool:
     """A backend row whose advice came from the machine's evidence: rules_software says it once, from that evidence."""
     return b.code in {code_of(f) for f in EVIDENCE_FIRST}
+
+
+def _family(distribution: str) -> str:
+    """jax-cuda13-pjrt, jax_cuda13_plugin -> jax-cuda13; libtpu-nightly -> libtpu."""
+    name = distribution.lower().replace("_", "-")
+    return "libtpu" if name.startswith("libtpu") else re.sub(r"-(plugin|pjrt)$", "", name)
 
 
 def few(items: list[str], n: int = 3) -> str:

@@ -11,16 +11,19 @@ import os
 import socket
 import time
 
-from devctl.checks.diagnosis import diagnose
+from devctl.checks.diagnosis import diagnose, explanations
 from devctl.checks.scene import Scene
-from devctl.model.doctor import DOCTOR_SCHEMA, DoctorReport, Overview
+from devctl.model.doctor import DOCTOR_SCHEMA, DoctorFinding, DoctorReport, Overview
 from devctl.model.list_ import BackendStatus
 from devctl.units import format_bytes
 from devctl.version import __version__
 
 
-def overview(s: Scene) -> Overview:
-    """What devctl sees on this machine, and what JAX will use, in short lines."""
+def overview(s: Scene, findings: list[DoctorFinding]) -> Overview:
+    """What devctl sees on this machine, and what JAX will use, in short lines.
+
+    A backend that does not start is said with the finding that explains it (the same cause, the same fix, its
+    code), so the two halves of doctor never disagree; only a backend no finding explains keeps its own advice."""
     inv, hw, host = s.inv, s.hw, s.inv.host
     sees = []
     cores = f"{host.logical_cores} CPUs" if host.logical_cores else "CPUs unknown"
@@ -65,8 +68,12 @@ def overview(s: Scene) -> Overview:
         will.append("no backend: jax.devices() raises")
     if s.environ.get("JAX_PLATFORMS"):
         will.append(f"JAX_PLATFORMS={s.environ['JAX_PLATFORMS']} decides which backends JAX starts")
+    explained = explanations(findings)
     for b in inv.backends:
-        if b.skipped_quietly:  # as JAX does: a TPU backend on a machine without one is not news
+        f = explained.get(b.platform) if b.status is not BackendStatus.OK else None
+        if f is not None:
+            will.append(f"{b.platform}: {b.status.value}, {f.title} [{f.code}]: {f.fix}")
+        elif b.skipped_quietly:  # as JAX does: a TPU backend on a machine without one is not news
             will.append(f"{b.platform}: {b.hint or 'skipped'}")
         elif b.platform != default:
             state = b.status.value if b.status is not BackendStatus.OK else f"ok ({b.device_count} device(s))"
@@ -83,6 +90,7 @@ def _postmortem_lines() -> list[str]:
     """A line per post-mortem of the last day that this user's jobs left (devctl memstats --postmortem)."""
     from devctl.discovery.holders import read_postmortems
     from devctl.errors import DevctlError
+    from devctl.model.holders import requested_text
     from devctl.text import printable
     from devctl.units import format_bytes
 
@@ -95,7 +103,7 @@ def _postmortem_lines() -> list[str]:
         if time.time() - pm.timestamp > RECENT_POSTMORTEM_S:
             continue
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(pm.timestamp))
-        asked = f" asking for {format_bytes(pm.requested_bytes)}" if pm.requested_bytes is not None else ""
+        asked = f" {text}" if (text := requested_text(pm)) else ""
         top = pm.sites[0] if pm.sites else None
         held = f"; most of its {format_bytes(pm.total_bytes)} held at {top.site}" if top and top.site else ""
         lines.append(printable(
@@ -125,7 +133,7 @@ def doctor(host_root: str = "/", timeout_s: float = 30.0) -> DoctorReport:
             environ=dict(os.environ),
         )
     findings = diagnose(scene)
-    seen = overview(scene)
+    seen = overview(scene, findings)
     seen = dataclasses.replace(seen, sees=[*seen.sees, *_postmortem_lines()])
     return DoctorReport(
         schema=DOCTOR_SCHEMA,
