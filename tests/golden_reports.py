@@ -25,7 +25,7 @@ from devctl.model.doctor import DoctorFinding, DoctorReport, Overview
 from devctl.model.env import EnvFinding, EnvVar, PackageChange, PackageVersion, StackFix
 from devctl.model.hardware import CudaWheel
 from devctl.model.list_ import BackendInfo, BackendStatus, DeviceInfo, JaxOutcome, UnusedAccelerator
-from devctl.model.memstats import Headroom, HostMemory, MemDevice, MemProcess, MemSnapshot
+from devctl.model.memstats import HostMemory, MemDevice, MemProcess, MemSnapshot, headroom, job_headroom_bytes, usable_memory
 from devctl.model.plugins import PjrtApiVersion, PluginReport, PluginSource, PluginsReport, PluginStatus
 
 GIB, MIB, KIB = 1 << 30, 1 << 20, 1 << 10
@@ -216,17 +216,23 @@ def env_gpu():
 
 
 def memstats_gpu8():
+    """A shared 8-GPU node: alice's training job preallocated 71.3 GiB on cuda:0-3 (it publishes from cuda:0), so a
+    new process gets only what the driver has left there; cuda:4-7 are idle, bounded by the allocator's limit."""
     devices, processes = [], []
     job_used = [71 * GIB + 300 * MIB] * 4 + [0] * 4
+    job_stats = {"bytes_in_use": 68 * GIB + 17 * MIB, "peak_bytes_in_use": 70 * GIB, "bytes_limit": 71 * GIB + 300 * MIB,
+                 "pool_bytes": 71 * GIB + 300 * MIB}  # fmt: skip
     for i in range(8):
-        in_use = [2 * GIB, 2 * GIB, 2 * GIB + 512 * MIB, 2 * GIB, 0, 0, 0, 0][i]
-        peak = [4 * GIB, 4 * GIB, 5 * GIB, 4 * GIB, 0, 0, 0, 0][i]
-        stats = {"bytes_in_use": in_use, "peak_bytes_in_use": peak, "bytes_limit": BYTES_LIMIT if i < 4 else 63_986_284_544}
-        driver_used = job_used[i] + in_use + 530 * MIB
+        limit = BYTES_LIMIT if i < 4 else 63_986_284_544
+        stats = {"bytes_in_use": 0, "peak_bytes_in_use": 0, "bytes_limit": limit}  # the probe's fresh client
+        driver_used = job_used[i] + 530 * MIB
+        usable, bound = usable_memory(limit, NVML_TOTAL - driver_used)
         devices.append(
             MemDevice(
-                key=f"cuda:{i}", source="jax", platform="gpu", id=i, device_kind=H100, memory_stats=stats,
-                bytes_limit=stats["bytes_limit"], peak_bytes_in_use=peak, headroom_bytes=stats["bytes_limit"] - peak,
+                key=f"cuda:{i}", source="jax", platform="gpu", id=i, device_kind=H100, memory_stats=stats, bytes_limit=limit,
+                usable_bytes=usable, usable_bound=bound,
+                in_use_bytes=job_stats["bytes_in_use"] if i == 0 else driver_used, in_use_source="jobs" if i == 0 else "driver",
+                peak_bytes_in_use=job_stats["peak_bytes_in_use"] if i == 0 else None,
                 driver={"index": i, "uuid": f"GPU-5c3f1e9a-0d4b-7c21-9e0f-6a1b2c3d4e{i:02d}", "total_bytes": NVML_TOTAL,
                         "used_bytes": driver_used, "free_bytes": NVML_TOTAL - driver_used},
                 hbm_bytes=None,
@@ -237,12 +243,11 @@ def memstats_gpu8():
                                     command="python train.py --config configs/llama3-8b.yaml --mesh fsdp=4"))
     processes.append(MemProcess(pid=48211, source="publisher", user="alice", device="cuda:0", used_bytes=68 * GIB + 17 * MIB,
                                 command="python train.py --config configs/llama3-8b.yaml --mesh fsdp=4", live_arrays=1843,
-                                memory_stats={"bytes_in_use": 68 * GIB + 17 * MIB, "peak_bytes_in_use": 70 * GIB, "bytes_limit": 76 * GIB},
-                                headroom_bytes=6 * GIB))
+                                memory_stats=job_stats, headroom_bytes=job_headroom_bytes(job_stats, devices[0].driver["free_bytes"])))
     processes.append(MemProcess(pid=2231, source="nvml", user=None, device="cuda:5", used_bytes=None, pid_visible=False, command=None))
     return MemSnapshot(
-        schema="devctl.memstats/1", timestamp=TIMESTAMP, hostname="dgx-h100-07", devices=devices, processes=processes,
-        publishers=[], headroom=Headroom(min_bytes=6 * GIB, where="cuda:0 (pid 48211)", third_of_min_bytes=2 * GIB),
+        schema="devctl.memstats/2", timestamp=TIMESTAMP, hostname="dgx-h100-07", devices=devices, processes=processes,
+        publishers=[], headroom=headroom(devices, processes),
         host=HostMemory(total_bytes=2015 * GIB, available_bytes=1780 * GIB, used_bytes=201 * GIB, swap_total_bytes=0,
                         swap_used_bytes=0, shm_total_bytes=1008 * GIB, shm_used_bytes=3 * GIB + 200 * MIB),
         problems=["NVML: cuda:5 reports a process in another pid namespace (pid 2231): its user and command are unknown"],
@@ -494,8 +499,8 @@ def cluster_gpu2x8():
         for i in range(2)
     ]  # fmt: skip
     devices = [
-        ClusterDevice(p, hosts[p], f"cuda:{8 * p + i}", "gpu", 8 * p + i, H100, p, BYTES_LIMIT, [0, 4 * GIB][p],
-                      BYTES_LIMIT - [0, 4 * GIB][p], {})
+        ClusterDevice(p, hosts[p], f"cuda:{8 * p + i}", "gpu", 8 * p + i, H100, p, BYTES_LIMIT, None,
+                      BYTES_LIMIT - [0, 4 * GIB][p], {})  # another process holds 4 GiB more than the limit leaves on host 08
         for p in range(2) for i in range(8)
     ]  # fmt: skip
     finding = ClusterFinding(

@@ -21,6 +21,7 @@ from devctl.checks import CHECK_NAMES
 from devctl.privilege import as_root
 
 GIB = 1 << 30
+MIB = 1 << 20
 
 
 def _doc(proc: subprocess.CompletedProcess, code: int) -> dict:
@@ -383,19 +384,47 @@ def test_compute_and_transfer_verdicts_name_the_bad_device():
     assert "d2d on cuda:0->cuda:1: 3 of 1048576 bytes changed" in transfer.message and "SIGSEGV" in transfer.message
 
 
-def test_memory_verdicts_against_bytes_limit():
-    """CPU devices report no memory_stats(), so the per-device limit is exercised with recorded GPU figures."""
+def _memory_verdict(limits: list[int], free: list[int | None], **exp):
     from devctl.checks.backends import check_memory
-    from devctl.model.check import CheckStatus, Expectations
+    from devctl.model.check import Expectations
     from devctl.model.list_ import DeviceInfo
 
-    devices = [DeviceInfo(i, "gpu", "NVIDIA H100 80GB HBM3", 0, memory_stats={"bytes_limit": limit}) for i, limit in enumerate((60 * GIB, 30 * GIB))]
-    inv = SimpleNamespace(devices=devices, default_platform="cuda")
-    verdict = lambda **exp: check_memory(SimpleNamespace(inventory=lambda: inv, expectations=Expectations(**exp)))  # noqa: E731
-    assert verdict().status is CheckStatus.PASS and "30.0 GiB per device" in verdict().message
-    assert verdict(min_memory_bytes=20 * GIB).status is CheckStatus.PASS
-    short = verdict(min_memory_bytes=40 * GIB, platforms=("gpu",))
-    assert short.status is CheckStatus.FAIL and short.message.startswith("gpu:1 bytes_limit 30.0 GiB, expected at least 40.0 GiB")
+    devices = [
+        DeviceInfo(i, "gpu", "NVIDIA H200", 0, memory_stats={"bytes_limit": limit}, nvml_gpu={"index": i, "name": None, "uuid": None, "pci_bus_id": None})
+        for i, limit in enumerate(limits)
+    ]  # fmt: skip
+    gpus = [SimpleNamespace(index=i, memory_free_bytes=f) for i, f in enumerate(free)]
+    inv = SimpleNamespace(devices=devices, default_platform="cuda", hardware=SimpleNamespace(nvidia=SimpleNamespace(gpus=gpus)))
+    return check_memory(SimpleNamespace(inventory=lambda: inv, expectations=Expectations(**exp)))
+
+
+def test_memory_verdicts_against_what_a_new_process_can_allocate():
+    """CPU devices report no memory_stats(), so the per-device figure is exercised with recorded GPU figures."""
+    from devctl.model.check import CheckStatus
+
+    idle = [100 * GIB, 100 * GIB]
+    verdict = _memory_verdict([60 * GIB, 30 * GIB], idle)
+    assert verdict.status is CheckStatus.PASS and verdict.message.startswith("30.0 GiB usable per device")
+    assert _memory_verdict([60 * GIB, 30 * GIB], idle, min_memory_bytes=20 * GIB).status is CheckStatus.PASS
+    short = _memory_verdict([60 * GIB, 30 * GIB], idle, min_memory_bytes=40 * GIB, platforms=("gpu",))
+    assert short.status is CheckStatus.FAIL and short.message.startswith("gpu:1 30.0 GiB usable (the allocator's limit), expected at least 40.0 GiB")
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" in short.remediation
+    # Without NVML (a TPU, a container without the driver library) the allocator's limit is all there is.
+    assert _memory_verdict([60 * GIB], [None], min_memory_bytes=40 * GIB).status is CheckStatus.PASS
+
+
+def test_memory_on_a_shared_h200_is_what_the_driver_has_left():
+    """The H200 of reference/h200-observations.md: another process held 106 GiB of 140 GiB; bytes_limit still said
+    104.9 GiB and `check --min-memory 40GiB` passed, while a second process could allocate about 30 GiB."""
+    from devctl.model.check import CheckStatus
+
+    bytes_limit, nvml_free = 112_583_507_968, 35_230 * MIB
+    verdict = _memory_verdict([bytes_limit], [nvml_free], min_memory_bytes=40 * GIB, platforms=("gpu",))
+    assert verdict.status is CheckStatus.FAIL
+    assert verdict.message.startswith("gpu:0 34.4 GiB usable (the driver's free memory: other processes hold the rest)")
+    assert verdict.remediation.startswith("free the device: another process holds memory")
+    assert verdict.details["usable_bytes"] == {"gpu:0": nvml_free}
+    assert _memory_verdict([bytes_limit], [nvml_free], min_memory_bytes=30 * GIB).status is CheckStatus.PASS
 
 
 @pytest.mark.gpu

@@ -315,14 +315,14 @@ def test_findings_name_the_odd_hosts_and_say_when_there_is_no_majority():
     assert "no majority" in split[0].message and "host-0" in split[0].message and "host-1" in split[0].message
 
 
-def test_headroom_is_the_minimum_over_every_device_of_every_process():
+def test_headroom_is_the_least_usable_memory_over_every_device_of_every_process():
     from devctl.collect.distributed import cluster_headroom
     from devctl.model.distributed import LIST_SCHEMA, ClusterDevice
 
-    def dev(i, key, limit, peak):
-        return ClusterDevice(i, f"host-{i}", key, "tpu", 0, "TPU", i, limit, peak, limit - peak, {})
+    def dev(i, key, limit, usable):
+        return ClusterDevice(i, f"host-{i}", key, "tpu", 0, "TPU", i, limit, None, usable, {})
 
-    devices = [dev(0, "tpu:0", 100, 10), dev(1, "tpu:4", 100, 70), dev(1, "tpu:5", 100, 20)]
+    devices = [dev(0, "tpu:0", 100, 90), dev(1, "tpu:4", 100, 30), dev(1, "tpu:5", 100, 80)]
     h = cluster_headroom(LIST_SCHEMA, [], [_summary(0), _summary(1)], devices)
     assert (h.min_bytes, h.process_index, h.hostname, h.where, h.third_of_min_bytes) == (30, 1, "host-1", "tpu:4", 10)
 

@@ -245,11 +245,12 @@ def _snapshot():
 
     device = MemDevice(
         key=BOLD, source="jax", platform="cpu", id=0, device_kind=SPEC, memory_stats={"bytes_in_use": 40},
-        bytes_limit=100, peak_bytes_in_use=70, headroom_bytes=30, driver=None, hbm_bytes=None, status=LINK,
+        bytes_limit=100, usable_bytes=100, usable_bound="allocator", in_use_bytes=40, in_use_source="jobs",
+        peak_bytes_in_use=70, driver=None, hbm_bytes=None, status=LINK,
     )  # fmt: skip
     process = MemProcess(pid=7, source="publisher", user=PATH, command=f"python train.py --out {PATH}", device=BOLD, used_bytes=40)
     return MemSnapshot(
-        "devctl.memstats/1", 0.0, "h", [device], [process], [], Headroom(None, None, None, reason=LINK),
+        "devctl.memstats/2", 0.0, "h", [device], [process], [], Headroom(None, None, None, reason=LINK),
         HostMemory(*[None] * 7), problems=[SPEC], notes=[BOLD],
     )  # fmt: skip
 
@@ -307,7 +308,7 @@ def test_distributed_renderer(console):
     device = ClusterDevice(0, PATH, BOLD, "cpu", 0, SPEC, 0, None, None, None, {})
     finding = ClusterFinding("version-mismatch", "warning", None, f"{PATH} differs", [0], [PATH], [BOLD], hint=LINK)
     report = ClusterReport(
-        "devctl.list.distributed/1", "0", 0.0, LINK, 1, [process], [device], [finding],
+        "devctl.list.distributed/2", "0", 0.0, LINK, 1, [process], [device], [finding],
         ClusterHeadroom(None, None, None, None, None, reason=BOLD), [], 0.0, None, None,
     )  # fmt: skip
     render_cluster(report)

@@ -139,7 +139,7 @@ def test_device_grammar_normalises_and_combines(runtime_dir):
 
 
 def _mem_device(key: str, platform: str) -> MemDevice:
-    return MemDevice(key, "jax", platform, None, "kind", None, None, None, None, None, None)
+    return MemDevice(key, "jax", platform, None, "kind", None, None, None, None, None, None, None, None, None)
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from devctl.checks.verdict import Verdict, failed, join, passed, skipped, warned
 from devctl.model.list_ import BackendStatus
+from devctl.model.memstats import usable_memory
 from devctl.units import format_bytes
 
 if TYPE_CHECKING:
@@ -129,11 +130,21 @@ def check_devices(ctx: Context) -> Verdict:
 
 
 def check_memory(ctx: Context) -> Verdict:
+    """What a new JAX process can allocate on each device (`devctl memstats`' usable figure): the allocator's
+    bytes_limit, bounded by the driver's free memory where another process holds some."""
     exp = ctx.expectations
     devices, scope = scoped_devices(ctx)
-    limits = {f"{d.platform}:{d.id}": (d.memory_stats or {}).get("bytes_limit") for d in devices}
-    known = {k: v for k, v in limits.items() if v is not None}
-    details = {"bytes_limit": limits, "expected_min_bytes": exp.min_memory_bytes}
+    free = {g.index: g.memory_free_bytes for g in ctx.inventory().hardware.nvidia.gpus}
+    usable: dict[str, tuple[int | None, str | None]] = {}
+    for d in devices:
+        limit = (d.memory_stats or {}).get("bytes_limit")
+        usable[f"{d.platform}:{d.id}"] = usable_memory(limit, free.get(d.nvml_gpu["index"]) if d.nvml_gpu else None)
+    known = {k: v for k, (v, _) in usable.items() if v is not None}
+    details = {
+        "usable_bytes": {k: v for k, (v, _) in usable.items()},
+        "bytes_limit": {f"{d.platform}:{d.id}": (d.memory_stats or {}).get("bytes_limit") for d in devices},
+        "expected_min_bytes": exp.min_memory_bytes,
+    }
     if not devices:
         if exp.min_memory_bytes is not None:
             return failed(f"no {scope} device to measure", "run devctl doctor for a diagnosis", **details)
@@ -141,23 +152,28 @@ def check_memory(ctx: Context) -> Verdict:
     if exp.min_memory_bytes is None:
         if not known:
             return skipped(f"{scope} devices report no memory_stats(), so no bytes_limit", **details)
-        low = min(known.values())
-        return passed(f"bytes_limit {format_bytes(low)} per device (lowest of {len(known)})", **details)
+        low = min(known, key=lambda k: known[k])
+        return passed(f"{format_bytes(known[low])} usable per device (lowest of {len(known)}: {_why(low, usable[low][1])})", **details)
     want = exp.min_memory_bytes
-    unknown = sorted(k for k, v in limits.items() if v is None)
+    unknown = sorted(k for k, (v, _) in usable.items() if v is None)
     short = sorted((k for k, v in known.items() if v < want), key=lambda k: known[k])
     if short:
-        parts = [f"{k} bytes_limit {format_bytes(known[k])}" for k in short]
+        parts = [f"{k} {format_bytes(known[k])} usable ({_why(k, usable[k][1])})" for k in short]
+        held = any(usable[k][1] == "driver" for k in short)
         return failed(
             f"{join(parts, 2)}, expected at least {format_bytes(want)}",
-            "free the device (another process may hold memory) or raise XLA_CLIENT_MEM_FRACTION; "
-            "or run on devices with more memory",
+            "free the device: another process holds memory (devctl memstats names it)" if held
+            else "raise XLA_PYTHON_CLIENT_MEM_FRACTION, or run on devices with more memory",
             **details,
-        )
+        )  # fmt: skip
     if unknown:
         return failed(
             f"cannot verify {format_bytes(want)}: {join(unknown, 3, ', ')} report no memory_stats()",
             "run on a backend that reports memory_stats() (CUDA, ROCm, TPU), or drop --min-memory",
             **details,
         )
-    return passed(f"bytes_limit >= {format_bytes(want)} on all {len(known)} device(s) (lowest {format_bytes(min(known.values()))})", **details)
+    return passed(f"{format_bytes(want)} or more usable on all {len(known)} device(s) (lowest {format_bytes(min(known.values()))})", **details)
+
+
+def _why(key: str, bound: str | None) -> str:
+    return "the driver's free memory: other processes hold the rest" if bound == "driver" else "the allocator's limit"

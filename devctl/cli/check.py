@@ -52,7 +52,7 @@ def check(
         Optional[str], typer.Option("--device-kind", metavar="KIND", help="Expect every device's kind to contain KIND, e.g. H100.")
     ] = None,
     min_memory: Annotated[
-        Optional[str], typer.Option("--min-memory", metavar="SIZE", autocompletion=completion.memory_size, help="Expect bytes_limit >= SIZE per device, e.g. 40GiB.")
+        Optional[str], typer.Option("--min-memory", metavar="SIZE", autocompletion=completion.memory_size, help="Expect a new JAX process to be able to allocate SIZE on every device (memstats' usable), e.g. 40GiB.")
     ] = None,
     min_h2d: Annotated[
         Optional[str], typer.Option("--min-h2d", metavar="RATE", autocompletion=completion.rate, help="Expect host-to-device >= RATE per device: 10GB/s (bytes), 80Gb/s (bits).")

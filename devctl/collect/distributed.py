@@ -1,7 +1,7 @@
 """`--distributed`: one inventory, one memory headroom and one verdict across every process of a JAX cluster.
 
 Every process runs the same devctl command. Each builds its local report
-(the single-host document: devctl.list/1 or devctl.memstats/1) from a probe
+(the single-host document: devctl.list/1 or devctl.memstats/2) from a probe
 that runs after `jax.distributed.initialize`, and the reports travel through
 JAX's coordination service (devctl.probe.distributed); process 0 assembles
 them here: hosts, devices with their process, the processes that differ
@@ -29,7 +29,7 @@ from devctl.model.distributed import (
     ProcessSummary,
 )
 from devctl.model.list_ import DeviceInfo
-from devctl.model.memstats import MemDevice
+from devctl.model.memstats import MemDevice, usable_memory
 from devctl.version import __version__
 
 # ---------------------------------------------------------------- the exchange, for any command
@@ -133,16 +133,18 @@ def backends_probe(local_probe: dict, progress):
 
 
 def _list_devices(payload: dict, index: int, hostname: str) -> list[ClusterDevice]:
+    report = payload["report"]
+    free = {g.get("index"): _int(g.get("memory_free_bytes")) for g in ((report.get("hardware") or {}).get("nvidia") or {}).get("gpus") or []}
     out = []
-    for d in payload["report"].get("devices") or []:
-        stats = d.get("memory_stats") or {}
-        limit, peak = _int(stats.get("bytes_limit")), _int(stats.get("peak_bytes_in_use"))
+    for d in report.get("devices") or []:
+        limit = _int((d.get("memory_stats") or {}).get("bytes_limit"))
+        gpu = d.get("nvml_gpu") or {}
+        usable, _ = usable_memory(limit, free.get(gpu.get("index")) if gpu else None)
         out.append(
             ClusterDevice(
                 process_index=index, hostname=hostname, key=f"{d['platform']}:{d['id']}", platform=d["platform"], id=d["id"],
                 device_kind=d["device_kind"], jax_process_index=d.get("process_index"), bytes_limit=limit,
-                peak_bytes_in_use=peak, headroom_bytes=limit - peak if limit is not None and peak is not None else None,
-                detail=from_dict(DeviceInfo, d),
+                peak_bytes_in_use=None, usable_bytes=usable, detail=from_dict(DeviceInfo, d),
             )
         )  # fmt: skip
     return out
@@ -197,7 +199,7 @@ def _memstats_devices(payload: dict, index: int, hostname: str) -> list[ClusterD
                 process_index=index, hostname=hostname, key=d["key"], platform=d["platform"], id=d.get("id"),
                 device_kind=d["device_kind"], jax_process_index=jax_view.get(d["key"]),
                 bytes_limit=d.get("bytes_limit"), peak_bytes_in_use=d.get("peak_bytes_in_use"),
-                headroom_bytes=d.get("headroom_bytes"), detail=from_dict(MemDevice, d),
+                usable_bytes=d.get("usable_bytes"), detail=from_dict(MemDevice, d),
             )
         )  # fmt: skip
     return out
@@ -380,9 +382,10 @@ def _single_process_findings(processes: list[ProcessSummary]) -> list[ClusterFin
 
 
 def cluster_headroom(schema: str, payloads: list[Any], summaries: list[ProcessSummary], devices: list[ClusterDevice]) -> ClusterHeadroom:
-    """min(bytes_limit - peak_bytes_in_use) over every device of every process (and, for memstats, every publishing job)."""
+    """The smallest usable memory over every device of every process (and, for memstats, every publishing job's
+    headroom, which each process's own report has already weighed)."""
     candidates: list[tuple[int, int, str, str | None]] = [
-        (d.headroom_bytes, d.process_index, d.hostname, d.key) for d in devices if d.headroom_bytes is not None
+        (d.usable_bytes, d.process_index, d.hostname, d.key) for d in devices if d.usable_bytes is not None
     ]
     if schema == MEMSTATS_SCHEMA:
         for i, p in enumerate(payloads):
@@ -390,7 +393,7 @@ def cluster_headroom(schema: str, payloads: list[Any], summaries: list[ProcessSu
             if h.get("min_bytes") is not None:
                 candidates.append((h["min_bytes"], i, summaries[i].hostname, h.get("where")))
     if not candidates:
-        return ClusterHeadroom(None, None, None, None, None, "no device of any process reports bytes_limit and peak_bytes_in_use (CPU has no allocator statistics)")
+        return ClusterHeadroom(None, None, None, None, None, "no device of any process reports bytes_limit or the driver's free memory (CPU has no allocator statistics)")
     value, index, hostname, where = min(candidates, key=lambda c: (c[0], c[1]))
     return ClusterHeadroom(value, index, hostname, where, value // 3)
 

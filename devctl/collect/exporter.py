@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from devctl.hostroot import HostRoot
 from devctl.model.exporter import Collection, Sample, SourceResult
+from devctl.model.memstats import job_headroom_bytes, usable_memory
 
 # A job's command in a label: one line, bounded (labels are kept by Prometheus for every series).
 JOB_LABEL_CHARS = 120
@@ -23,6 +24,7 @@ _JOB_STATS = {
     "devctl_job_memory_in_use_bytes": "bytes_in_use",
     "devctl_job_memory_peak_bytes": "peak_bytes_in_use",
     "devctl_job_memory_limit_bytes": "bytes_limit",
+    "devctl_job_memory_pool_bytes": "pool_bytes",
     "devctl_job_memory_largest_free_block_bytes": "largest_free_block_bytes",
 }
 
@@ -83,6 +85,7 @@ class Exporter:
             out.sources[name] = SourceResult(error is None, round(seconds, 6), error)
             out.samples.extend(samples)
         out.samples.extend(self._probe_samples())
+        out.samples.extend(self._usable(out.samples, nvml_answered=out.sources.get("nvml", SourceResult(False, 0.0)).success))
         out.sources["probe"] = SourceResult(self.probe_error is None, 0.0, self.probe_error)
         out.samples.append(Sample("devctl", self.versions, 1.0))
         out.sources["versions"] = SourceResult(True, 0.0)
@@ -119,6 +122,20 @@ class Exporter:
             if d.bytes_limit is not None
         ]
 
+    def _usable(self, samples: list[Sample], *, nvml_answered: bool) -> list[Sample]:
+        """What a new JAX process can allocate on each probed device now (`devctl memstats`' usable figure): its
+        bytes_limit, bounded by the driver's free memory of this scrape. A GPU whose driver did not answer this
+        time has no figure rather than the allocator's alone, which would over-state it."""
+        free = {s.labels["device"]: int(s.value) for s in samples if s.name == "devctl_gpu_memory_free_bytes" and s.labels.get("device")}
+        out = []
+        for d in self.probed:
+            if d.driver is not None and (not nvml_answered or d.key not in free):
+                continue
+            usable, _ = usable_memory(d.bytes_limit, free.get(d.key))
+            if usable is not None:
+                out.append(Sample("devctl_device_memory_usable_bytes", {"device": d.key, "platform": d.platform, "device_kind": d.device_kind}, float(usable)))
+        return out
+
     def _nvml(self) -> list[Sample]:
         from devctl.discovery.nvml import nvml_health, nvml_report, nvml_session, utilization
 
@@ -139,6 +156,7 @@ class Exporter:
             add = _adder(samples, labels)
             add("devctl_gpu_memory_used_bytes", g.memory_used_bytes)
             add("devctl_gpu_memory_total_bytes", g.memory_total_bytes)
+            add("devctl_gpu_memory_free_bytes", g.memory_free_bytes)
             add("devctl_gpu_temperature_celsius", g.temperature_c)
             add("devctl_gpu_power_watts", g.power_draw_w)
             add("devctl_gpu_power_limit_watts", g.power_limit_w)
@@ -235,18 +253,24 @@ def _command(command: str | None) -> str:
 
 
 def _headroom(samples: list[Sample]) -> list[Sample]:
-    """The smallest bytes_limit minus peak over every job's device, and where it is."""
-    limits: dict[tuple, float] = {}
-    peaks: dict[tuple, float] = {}
+    """The least memory a new JAX process (a device's usable memory) or a running job (its limit less its peak,
+    bounded by the driver's free memory) can still get, and where: `devctl memstats`' headroom."""
+    free = {s.labels["device"]: int(s.value) for s in samples if s.name == "devctl_gpu_memory_free_bytes" and s.labels.get("device")}
+    jobs: dict[tuple[str, str], dict[str, int | None]] = {}
+    room: dict[str, float] = {}
     for s in samples:
-        if s.name in ("devctl_job_memory_limit_bytes", "devctl_job_memory_peak_bytes"):
-            key = (s.labels["pid"], s.labels["device"])
-            (limits if s.name.endswith("limit_bytes") else peaks)[key] = s.value
-    room = {key: limits[key] - peaks[key] for key in limits if key in peaks}
+        if s.name == "devctl_device_memory_usable_bytes":
+            room[s.labels["device"]] = s.value
+        elif (key := _JOB_STATS.get(s.name)) is not None:
+            jobs.setdefault((s.labels["pid"], s.labels["device"]), {})[key] = int(s.value)
+    for (pid, device), stats in jobs.items():
+        held = job_headroom_bytes(stats, free.get(device))
+        if held is not None:
+            room[f"{device} (pid {pid})"] = float(held)
     if not room:
         return []
-    (pid, device), value = min(room.items(), key=lambda kv: kv[1])
-    return [Sample("devctl_headroom_bytes", {"where": f"{device} (pid {pid})"}, value)]
+    where, least = min(room.items(), key=lambda kv: (kv[1], kv[0]))
+    return [Sample("devctl_headroom_bytes", {"where": where}, least)]
 
 
 def _versions() -> dict[str, str]:

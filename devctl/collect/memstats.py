@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from devctl.errors import InputRejected
 from devctl.hostroot import HostRoot
@@ -18,12 +18,14 @@ from devctl.model.memstats import (
     SCHEMA,
     ChipHolder,
     DriverMemory,
-    Headroom,
     HostMemory,
     Leak,
     MemDevice,
     MemProcess,
     MemSnapshot,
+    headroom,
+    job_headroom_bytes,
+    usable_memory,
 )
 
 if TYPE_CHECKING:
@@ -74,6 +76,12 @@ class MemstatsSampler:
         nvml = nvml_report(processes=True) if self.root.is_real else None
         if nvml is not None and nvml.status == "error":
             problems.append(f"NVML: {nvml.reason}")
+        try:
+            publishers = read_publishers(self.publisher_dir)
+        except InputRejected as e:  # the directory changed hands under a running watch
+            problems.append(str(e))
+            publishers = None
+        jobs = _jobs_by_device(publishers)
         gpus = {normalize_pci_bus_id(g.pci_bus_id): g for g in (nvml.gpus if nvml else ()) if g.pci_bus_id}
         devices: list[MemDevice] = []
         key_of_gpu: dict[int, str] = {}
@@ -84,7 +92,7 @@ class MemstatsSampler:
             gpu = gpus.pop(normalize_pci_bus_id(bus_id), None) if bus_id else None
             if gpu is not None:
                 key_of_gpu[gpu.index] = key
-            devices.append(_jax_device(key, d, gpu))
+            devices.append(_jax_device(key, d, gpu, jobs.get(key, [])))
         for gpu in gpus.values():
             key_of_gpu[gpu.index] = f"nvml:{gpu.index}"
             devices.append(_nvml_device(gpu))
@@ -94,12 +102,8 @@ class MemstatsSampler:
             if g.unavailable.get("memory_total_bytes"):
                 problems.append(f"GPU {g.index}: {g.unavailable['memory_total_bytes']}")
 
-        try:
-            publishers = read_publishers(self.publisher_dir)
-        except InputRejected as e:  # the directory changed hands under a running watch
-            problems.append(str(e))
-            publishers = None
-        processes = _processes(nvml, key_of_gpu, publishers, self.tpu)
+        free = {d.key: d.driver.get("free_bytes") for d in devices if d.driver}
+        processes = _processes(nvml, key_of_gpu, publishers, self.tpu, free)
         if nvml is not None and any(not p.pid_visible for p in nvml.processes):
             notes.append("NVML reports pids of the host's pid namespace; pids not visible here (a container) have no user or command")
         for problem in publishers.problems if publishers else ():
@@ -170,9 +174,26 @@ def _stat(stats: dict | None, name: str) -> int | None:
     return value if isinstance(value, int) and value >= 0 else None
 
 
-def _headroom(stats: dict | None) -> int | None:
-    limit, peak = _stat(stats, "bytes_limit"), _stat(stats, "peak_bytes_in_use")
-    return limit - peak if limit is not None and peak is not None else None
+def _jobs_by_device(publishers) -> dict[str, list]:
+    """The publishing jobs' records of each device, by device key."""
+    out: dict[str, list] = {}
+    for pub in publishers.publishers if publishers else ():
+        for d in pub.devices:
+            out.setdefault(f"{d.platform}:{d.id}", []).append(d)
+    return out
+
+
+def _held_by_jobs(jobs: list) -> tuple[int | None, int | None]:
+    """(in use, peak) the publishing jobs hold on one device: their allocators' bytes_in_use and peaks, or their
+    live arrays where the backend keeps no statistics (CPU); (None, None) without a job."""
+    if not jobs:
+        return None, None
+    in_use = 0
+    for j in jobs:
+        held = _stat(j.memory_stats, "bytes_in_use")
+        in_use += held if held is not None else j.live_bytes
+    peaks = [p for j in jobs if (p := _stat(j.memory_stats, "peak_bytes_in_use")) is not None]
+    return in_use, sum(peaks) if peaks else None
 
 
 def _driver(gpu) -> DriverMemory:
@@ -186,21 +207,31 @@ def _driver(gpu) -> DriverMemory:
     }
 
 
-def _jax_device(key: str, d, gpu) -> MemDevice:
+def _jax_device(key: str, d, gpu, jobs: list) -> MemDevice:
     stats = d.memory_stats
+    limit = _stat(stats, "bytes_limit")
+    driver = _driver(gpu) if gpu else None
+    usable, bound = usable_memory(limit, driver["free_bytes"] if driver else None)
+    in_use, peak = _held_by_jobs(jobs)
+    source: Literal["jobs", "driver"] | None = "jobs" if jobs else None
+    if in_use is None and driver and driver["used_bytes"] is not None:
+        in_use, source = driver["used_bytes"], "driver"
     return MemDevice(
         key=key, source="jax", platform=d.platform, id=d.id, device_kind=d.device_kind,
-        memory_stats=stats, bytes_limit=_stat(stats, "bytes_limit"), peak_bytes_in_use=_stat(stats, "peak_bytes_in_use"),
-        headroom_bytes=_headroom(stats), driver=_driver(gpu) if gpu else None, hbm_bytes=None,
+        memory_stats=stats, bytes_limit=limit, usable_bytes=usable, usable_bound=bound,
+        in_use_bytes=in_use, in_use_source=source, peak_bytes_in_use=peak, driver=driver, hbm_bytes=None,
         status="ok" if stats is not None else "no allocator stats",
     )  # fmt: skip
 
 
 def _nvml_device(gpu) -> MemDevice:
+    driver = _driver(gpu)
     return MemDevice(
         key=f"nvml:{gpu.index}", source="nvml", platform="nvidia", id=None, device_kind=gpu.name or "NVIDIA GPU",
-        memory_stats=None, bytes_limit=None, peak_bytes_in_use=None, headroom_bytes=None, driver=_driver(gpu),
-        hbm_bytes=None, status="not used by JAX here (see devctl list)" if not gpu.unavailable.get("memory_total_bytes") else gpu.unavailable["memory_total_bytes"],
+        memory_stats=None, bytes_limit=None, usable_bytes=None, usable_bound=None,
+        in_use_bytes=driver["used_bytes"], in_use_source="driver" if driver["used_bytes"] is not None else None,
+        peak_bytes_in_use=None, driver=driver, hbm_bytes=None,
+        status="not used by JAX here (see devctl list)" if not gpu.unavailable.get("memory_total_bytes") else gpu.unavailable["memory_total_bytes"],
     )  # fmt: skip
 
 
@@ -208,12 +239,12 @@ def _tpu_chip(chip) -> MemDevice:
     holders: list[ChipHolder] = [{"pid": p.pid, "user": p.user, "command": p.command} for p in chip.holders]
     return MemDevice(
         key=f"tpu-chip:{chip.index}", source="tpu-pci", platform="tpu", id=None, device_kind=f"TPU {chip.version}",
-        memory_stats=None, bytes_limit=None, peak_bytes_in_use=None, headroom_bytes=None, driver=None,
-        hbm_bytes=chip.hbm_bytes, holders=holders, status="held" if holders else "free",
+        memory_stats=None, bytes_limit=None, usable_bytes=None, usable_bound=None, in_use_bytes=None, in_use_source=None,
+        peak_bytes_in_use=None, driver=None, hbm_bytes=chip.hbm_bytes, holders=holders, status="held" if holders else "free",
     )  # fmt: skip
 
 
-def _processes(nvml, key_of_gpu: dict[int, str], publishers, tpu) -> list[MemProcess]:
+def _processes(nvml, key_of_gpu: dict[int, str], publishers, tpu, free: dict[str, int | None]) -> list[MemProcess]:
     out: list[MemProcess] = []
     for p in nvml.processes if nvml else ():
         out.append(
@@ -225,27 +256,18 @@ def _processes(nvml, key_of_gpu: dict[int, str], publishers, tpu) -> list[MemPro
     for pub in publishers.publishers if publishers else ():
         command = " ".join(pub.command)
         for d in pub.devices:
+            key = f"{d.platform}:{d.id}"
             out.append(
                 MemProcess(
-                    pid=pub.pid, source="publisher", user=None, command=command, device=f"{d.platform}:{d.id}",
+                    pid=pub.pid, source="publisher", user=None, command=command, device=key,
                     used_bytes=d.live_bytes, memory_stats=d.memory_stats, live_arrays=d.live_arrays,
-                    headroom_bytes=_headroom(d.memory_stats),
+                    headroom_bytes=job_headroom_bytes(d.memory_stats, free.get(key)),
                 )
             )  # fmt: skip
     for chip in tpu.chips if tpu else ():
         for h in chip.holders:
             out.append(MemProcess(pid=h.pid, source="tpu", user=h.user, command=h.command, device=f"tpu-chip:{chip.index}", used_bytes=None))
     return out
-
-
-def headroom(devices: list[MemDevice], processes: list[MemProcess]) -> Headroom:
-    """Minimum of bytes_limit - peak_bytes_in_use over devices and over the publishing jobs' devices."""
-    candidates = [(d.headroom_bytes, d.key) for d in devices if d.headroom_bytes is not None]
-    candidates += [(p.headroom_bytes, f"{p.device} (pid {p.pid})") for p in processes if p.headroom_bytes is not None]
-    if not candidates:
-        return Headroom(None, None, None, "no device reports bytes_limit and peak_bytes_in_use (CPU has no allocator statistics)")
-    value, where = min(candidates)
-    return Headroom(value, where, value // 3)
 
 
 def _host_memory(h) -> HostMemory:

@@ -10,8 +10,8 @@ from devctl.model import json_schema
 from devctl.model.list_ import DeviceInfo, Inventory
 from devctl.model.memstats import MemDevice, MemSnapshot
 
-LIST_SCHEMA = "devctl.list.distributed/1"
-MEMSTATS_SCHEMA = "devctl.memstats.distributed/1"
+LIST_SCHEMA = "devctl.list.distributed/2"
+MEMSTATS_SCHEMA = "devctl.memstats.distributed/2"
 
 # The single-host command a cluster report gathers, and its device record: devctl list's or devctl memstats'.
 ReportT = TypeVar("ReportT", Inventory, MemSnapshot)
@@ -76,9 +76,9 @@ class ClusterDevice(Generic[DeviceT]):
     id: int | None  # JAX's global device id; None for hardware JAX does not use
     device_kind: str
     jax_process_index: int | None  # JAX's own view; differs from process_index on a backend without multi-process support
-    bytes_limit: int | None
-    peak_bytes_in_use: int | None
-    headroom_bytes: int | None  # bytes_limit - peak_bytes_in_use
+    bytes_limit: int | None  # the allocator's limit for a new JAX process
+    peak_bytes_in_use: int | None  # the publishing jobs' peaks (memstats); None otherwise
+    usable_bytes: int | None  # what a new JAX process can allocate on it now: bytes_limit, bounded by the driver's free memory
     detail: DeviceT  # the device record of the single-host command (devctl list or devctl memstats)
 
 
@@ -100,7 +100,8 @@ class ClusterFinding:
 
 @dataclass(frozen=True)
 class ClusterHeadroom:
-    """The smallest bytes_limit - peak_bytes_in_use over every device of every process."""
+    """The least memory anything can still get on any process: a new JAX process on a device (its usable memory),
+    or a publishing job within its allocator (memstats)."""
 
     min_bytes: int | None
     process_index: int | None
@@ -123,7 +124,7 @@ class ClusterReport(Generic[ReportT, DeviceT]):
     devices: list[ClusterDevice[DeviceT]]
     findings: list[ClusterFinding]
     headroom: ClusterHeadroom
-    reports: list[ReportT]  # every process's own single-host document (devctl.list/1 or devctl.memstats/1)
+    reports: list[ReportT]  # every process's own single-host document (devctl.list/1 or devctl.memstats/2)
     elapsed_s: float = field(metadata=json_schema(minimum=0))  # on process 0, from the start to the assembled cluster
     join_s: float | None = field(metadata=json_schema(minimum=0))  # on process 0, waiting for every process to join (the last one to start sets it)
     gather_s: float | None = field(metadata=json_schema(minimum=0))  # on process 0, from sharing its report to having every report

@@ -36,15 +36,18 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("devctl_job_memory_in_use_bytes", "gauge", "Bytes in use by the job's JAX allocator on a device (memory_stats bytes_in_use).", JOB, "publishers"),
     MetricSpec("devctl_job_memory_peak_bytes", "gauge", "Peak bytes in use by the job's JAX allocator (memory_stats peak_bytes_in_use).", JOB, "publishers"),
     MetricSpec("devctl_job_memory_limit_bytes", "gauge", "Bytes the job's JAX allocator may use on a device (memory_stats bytes_limit).", JOB, "publishers"),
+    MetricSpec("devctl_job_memory_pool_bytes", "gauge", "Bytes the job's JAX allocator holds from the device (memory_stats pool_bytes; all of its limit when it preallocated).", JOB, "publishers"),
     MetricSpec("devctl_job_memory_largest_free_block_bytes", "gauge", "Largest free block of the job's JAX allocator (memory_stats largest_free_block_bytes).", JOB, "publishers"),
     MetricSpec("devctl_job_live_array_bytes", "gauge", "Bytes of the job's live jax.Array shards on a device (replicas counted on each device).", JOB, "publishers"),
     MetricSpec("devctl_job_live_arrays", "gauge", "Live jax.Arrays of the job with a shard on a device.", JOB, "publishers"),
     MetricSpec("devctl_job_snapshot_age_seconds", "gauge", "Age of the job's last published snapshot.", ("pid", "job", "host"), "publishers"),
     # What a new JAX process would get on each device now (a probe child at start, as `devctl memstats` runs).
     MetricSpec("devctl_device_memory_limit_bytes", "gauge", "bytes_limit a new JAX process gets on a device (probed once at start).", ("device", "platform", "device_kind"), "probe"),
+    MetricSpec("devctl_device_memory_usable_bytes", "gauge", "What a new JAX process can allocate on a device now: the smaller of its bytes_limit and the driver's free memory.", ("device", "platform", "device_kind"), "probe"),
     # The driver's view (NVML).
     MetricSpec("devctl_gpu_memory_used_bytes", "gauge", "GPU memory in use, as the driver sees it (NVML).", GPU, "nvml"),
     MetricSpec("devctl_gpu_memory_total_bytes", "gauge", "GPU memory, as the driver sees it (NVML).", GPU, "nvml"),
+    MetricSpec("devctl_gpu_memory_free_bytes", "gauge", "GPU memory free, as the driver sees it (NVML): what another process can still get.", GPU, "nvml"),
     MetricSpec("devctl_gpu_utilization_ratio", "gauge", "Share of the last sample period a kernel ran on the GPU (NVML).", GPU, "nvml"),
     MetricSpec("devctl_gpu_memory_utilization_ratio", "gauge", "Share of the last sample period device memory was read or written (NVML).", GPU, "nvml"),
     MetricSpec("devctl_gpu_temperature_celsius", "gauge", "GPU temperature (NVML).", GPU, "nvml"),
@@ -60,7 +63,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("devctl_tpu_chip_hbm_bytes", "gauge", "HBM of a TPU chip, from its version's table.", ("chip", "version", "pci_address"), "tpu"),
     MetricSpec("devctl_tpu_chip_holder", "gauge", "1 for each process that holds a TPU chip's device path.", ("chip", "version", "pid", "command"), "tpu"),
     # The host.
-    MetricSpec("devctl_headroom_bytes", "gauge", "Minimum over devices and jobs of bytes_limit minus peak bytes in use, and where.", ("where",), "publishers"),
+    MetricSpec("devctl_headroom_bytes", "gauge", "The least memory a new JAX process (a device's usable memory) or a running job (its limit less its peak, bounded by the driver's free memory) can still get, and where.", ("where",), "publishers"),
     MetricSpec("devctl_host_memory_total_bytes", "gauge", "Host RAM (/proc/meminfo MemTotal).", (), "host"),
     MetricSpec("devctl_host_memory_available_bytes", "gauge", "Host RAM available (/proc/meminfo MemAvailable).", (), "host"),
     MetricSpec("devctl_host_shm_total_bytes", "gauge", "Size of /dev/shm (NCCL's and the publishers' shared memory).", (), "host"),

@@ -30,11 +30,11 @@ def render_cluster(report) -> None:
     columns = [
         Column("process", "right", priority=4, detail=False), Column("host"), Column("device"), Column("kind", priority=3),
         Column("memory limit", "right", priority=2, short="limit"), Column("peak in use", "right", priority=1, short="peak"),
-        Column("headroom", "right"),
+        Column("usable", "right"),
     ]  # fmt: skip
     rows = [
         [str(d.process_index), d.hostname, d.key, d.device_kind,
-         format_bytes(d.bytes_limit), format_bytes(d.peak_bytes_in_use), format_bytes(d.headroom_bytes)]
+         format_bytes(d.bytes_limit), format_bytes(d.peak_bytes_in_use), format_bytes(d.usable_bytes)]
         for d in report.devices
     ]  # fmt: skip
     print_table(columns, rows, title="devices")
@@ -58,11 +58,11 @@ def csv_rows(report) -> tuple[list[str], list[list]]:
     """One row per device of every process (the devices table), raw values: bytes as integers."""
     header = [
         "process_index", "hostname", "device", "platform", "id", "kind", "jax_process_index",
-        "bytes_limit", "peak_bytes_in_use", "headroom_bytes",
+        "bytes_limit", "peak_bytes_in_use", "usable_bytes",
     ]  # fmt: skip
     rows = [
         [d.process_index, d.hostname, d.key, d.platform, d.id, d.device_kind, d.jax_process_index,
-         d.bytes_limit, d.peak_bytes_in_use, d.headroom_bytes]
+         d.bytes_limit, d.peak_bytes_in_use, d.usable_bytes]
         for d in report.devices
     ]  # fmt: skip
     return header, rows

@@ -16,9 +16,9 @@ from typing import Any
 # carries its schema id, so the id says which table it is; the module is imported only when a table is asked for.
 TABLES: dict[str, tuple[str, str]] = {
     "devctl.list/1": ("list_", "render_inventory"),
-    "devctl.list.distributed/1": ("distributed", "render_cluster"),
-    "devctl.memstats/1": ("memstats", "render_snapshot"),
-    "devctl.memstats.distributed/1": ("distributed", "render_cluster"),
+    "devctl.list.distributed/2": ("distributed", "render_cluster"),
+    "devctl.memstats/2": ("memstats", "render_snapshot"),
+    "devctl.memstats.distributed/2": ("distributed", "render_cluster"),
     "devctl.memstats.top/1": ("holders", "render_top"),
     "devctl.memstats.top.distributed/1": ("holders", "render_fleet"),
     "devctl.memstats.postmortems/1": ("holders", "render_postmortems"),

@@ -30,15 +30,17 @@ def _cells(*values) -> list[str]:
 
 
 def device_usage(snapshot, device) -> tuple[int | None, int | None]:
-    """(used, capacity) for a device: the driver's view first, else the publishers', else the allocator's."""
+    """(used, capacity) for a device's bar: the driver's view first, else what the jobs hold of the allocator's limit."""
     if device.driver and device.driver.get("used_bytes") is not None:
         return device.driver["used_bytes"], device.driver.get("total_bytes")
-    published = [p.used_bytes for p in snapshot.processes if p.device == device.key and p.source == "publisher" and p.used_bytes is not None]
-    capacity = device.bytes_limit or device.hbm_bytes
-    if published:
-        return sum(published), capacity
-    stats = device.memory_stats or {}
-    return stats.get("bytes_in_use"), capacity
+    return device.in_use_bytes, device.bytes_limit or device.hbm_bytes
+
+
+def _in_use(d) -> str:
+    """What is held on the device, and by whose account: the publishing jobs' or the driver's."""
+    if d.in_use_bytes is None:
+        return "-"
+    return f"{format_bytes(d.in_use_bytes)} {d.in_use_source}" if d.in_use_source else format_bytes(d.in_use_bytes)
 
 
 def device_table(snapshot, history: dict | None = None, peaks: dict | None = None) -> tuple[list[Column], list[list[str]]]:
@@ -46,27 +48,27 @@ def device_table(snapshot, history: dict | None = None, peaks: dict | None = Non
     column goes under its row: a live view has no lines to spare."""
     live = history is not None
     columns = [
-        Column("device"), Column("kind", priority=7), Column("limit", "right", priority=4, detail=not live),
-        Column("in use", "right", priority=1), Column("peak", "right", priority=6 if live else 3, detail=not live),
-        Column("headroom", "right", priority=2), Column("driver used/total", priority=5, short="driver", detail=not live),
-        Column("status", priority=1, blank=("", "-", "ok")),
+        Column("device"), Column("kind", priority=7), Column("in use", "right", priority=1),
+        Column("peak", "right", priority=6 if live else 3, detail=not live), Column("limit", "right", priority=4, detail=not live),
+        Column("free", "right", priority=5, detail=not live), Column("usable", "right", priority=2),
+        Column("total", "right", priority=8, detail=not live), Column("status", priority=1, blank=("", "-", "ok")),
     ]  # fmt: skip
     if live:
-        columns[3:3] = [Column("usage"), Column("history", priority=3, detail=False)]
+        columns[2:2] = [Column("usage"), Column("history", priority=3, detail=False)]
     rows = []
     for d in snapshot.devices:
-        stats = d.memory_stats or {}
-        driver = f"{format_bytes(d.driver['used_bytes'])} / {format_bytes(d.driver['total_bytes'])}" if d.driver else "-"
+        driver = d.driver or {}
+        total = format_bytes(driver.get("total_bytes")) if d.driver else "-"
         if d.hbm_bytes:
-            driver = f"HBM {format_bytes(d.hbm_bytes)}"
+            total = f"HBM {format_bytes(d.hbm_bytes)}"
         status = d.status if d.status != "held" else "held by " + ", ".join(f"pid {h['pid']}" for h in d.holders)
         row = [
-            d.key, d.device_kind, format_bytes(d.bytes_limit), format_bytes(stats.get("bytes_in_use")),
-            format_bytes(d.peak_bytes_in_use), format_bytes(d.headroom_bytes), driver, status,
+            d.key, d.device_kind, _in_use(d), format_bytes(d.peak_bytes_in_use), format_bytes(d.bytes_limit),
+            format_bytes(driver.get("free_bytes")), format_bytes(d.usable_bytes), total, status,
         ]  # fmt: skip
         if live:
             used, capacity = device_usage(snapshot, d)
-            row[3:3] = [usage_bar(used, capacity, (peaks or {}).get(d.key)), sparkline((history or {}).get(d.key, ()))]
+            row[2:2] = [usage_bar(used, capacity, (peaks or {}).get(d.key)), sparkline((history or {}).get(d.key, ()))]
         rows.append(_cells(*row))
     return columns, rows
 
@@ -90,23 +92,49 @@ def process_table(snapshot) -> tuple[list[Column], list[list[str]]]:
 
 
 def summary_lines(snapshot) -> list[str]:
-    h = snapshot.headroom
-    lines = []
-    if h.min_bytes is not None:
-        lines.append(f"headroom: min {format_bytes(h.min_bytes)} at {h.where}; a third of it ({format_bytes(h.third_of_min_bytes)}) is a safe working-memory budget")
-    else:
-        lines.append(f"headroom: unknown ({h.reason})")
+    lines = [headroom_line(snapshot)]
     m = snapshot.host
     lines.append(
         f"host: RAM {format_bytes(m.used_bytes)} used of {format_bytes(m.total_bytes)} ({format_bytes(m.available_bytes)} available), "
         f"swap {format_bytes(m.swap_used_bytes)} of {format_bytes(m.swap_total_bytes)}, /dev/shm {format_bytes(m.shm_used_bytes)} of {format_bytes(m.shm_total_bytes)}"
     )
-    if any(d.source == "jax" for d in snapshot.devices):
-        lines.append("limit: the allocator's bytes_limit, what a new JAX process would get on that device right now")
+    if any(d.usable_bytes is not None for d in snapshot.devices):
+        lines.append("usable: what a new JAX process can allocate now, the smaller of the allocator's limit and the driver's free memory")
     lines += [f"note: {n}" for n in snapshot.notes]
     lines += [f"problem: {p}" for p in snapshot.problems]
     lines += [f"problem: {leak_line(leak)}" for leak in snapshot.leaks]
     return [printable(line, _LINE_CHARS) for line in lines]
+
+
+def headroom_line(snapshot) -> str:
+    """'headroom: min 34.4 GiB at gpu:0, the driver's free memory (the allocator would give 104.9 GiB; pid 2392 holds
+    106.0 GiB, python train.py); a third of it (11.5 GiB) is a safe working-memory budget'."""
+    h = snapshot.headroom
+    if h.min_bytes is None:
+        return f"headroom: unknown ({h.reason})"
+    budget = f"a third of it ({format_bytes(h.third_of_min_bytes)}) is a safe working-memory budget"
+    if h.bound == "driver":
+        device = next((d for d in snapshot.devices if d.key == h.where), None)
+        limit = f"the allocator would give {format_bytes(device.bytes_limit)}" if device and device.bytes_limit is not None else "the allocator reports no limit"
+        holders = holders_of(snapshot, h.where)
+        return f"headroom: min {format_bytes(h.min_bytes)} at {h.where}, the driver's free memory ({limit}{'; ' + holders if holders else ''}); {budget}"
+    if h.bound == "job":
+        return f"headroom: min {format_bytes(h.min_bytes)} at {h.where}, what that job can still allocate (its limit less its peak); {budget}"
+    return f"headroom: min {format_bytes(h.min_bytes)} at {h.where}, the allocator's limit for a new JAX process; {budget}"
+
+
+def holders_of(snapshot, key: str | None, most: int = 3) -> str:
+    """Who holds a device's memory, by the driver's account, largest first: 'pid 2392 (root) holds 106.0 GiB: python
+    train.py'; '' when the driver names nobody (another container's processes are named only by pid)."""
+    procs = sorted((p for p in snapshot.processes if p.source == "nvml" and p.device == key), key=lambda p: -(p.used_bytes or 0))
+    said = []
+    for p in procs[:most]:
+        who = f"pid {p.pid}" + (f" ({p.user})" if p.user else "")
+        what = f": {printable(p.command, 60)}" if p.command and p.pid_visible else ""
+        said.append(f"{who} holds {format_bytes(p.used_bytes)}{what}")
+    if len(procs) > most:
+        said.append(f"{len(procs) - most} more")
+    return "; ".join(said)
 
 
 def leak_line(leak) -> str:
@@ -153,17 +181,17 @@ def csv_rows(snapshot) -> tuple[list[str], list[list]]:
     """One row per device, raw values (bytes as integers, the time as Unix seconds): a `--watch --csv` log
     repeats them for every sample under one header."""
     header = [
-        "timestamp", "hostname", "device", "source", "platform", "id", "kind", "bytes_limit", "bytes_in_use",
-        "peak_bytes_in_use", "headroom_bytes", "driver_used_bytes", "driver_total_bytes", "hbm_bytes", "status",
+        "timestamp", "hostname", "device", "source", "platform", "id", "kind", "in_use_bytes", "in_use_source",
+        "peak_bytes_in_use", "bytes_limit", "driver_free_bytes", "usable_bytes", "usable_bound", "driver_used_bytes",
+        "driver_total_bytes", "hbm_bytes", "status",
     ]  # fmt: skip
     rows = []
     for d in snapshot.devices:
-        stats = d.memory_stats or {}
         driver = d.driver or {}
         rows.append([
-            round(snapshot.timestamp, 3), snapshot.hostname, d.key, d.source, d.platform, d.id, d.device_kind, d.bytes_limit,
-            stats.get("bytes_in_use"), d.peak_bytes_in_use, d.headroom_bytes, driver.get("used_bytes"),
-            driver.get("total_bytes"), d.hbm_bytes, d.status,
+            round(snapshot.timestamp, 3), snapshot.hostname, d.key, d.source, d.platform, d.id, d.device_kind, d.in_use_bytes,
+            d.in_use_source, d.peak_bytes_in_use, d.bytes_limit, driver.get("free_bytes"), d.usable_bytes, d.usable_bound,
+            driver.get("used_bytes"), driver.get("total_bytes"), d.hbm_bytes, d.status,
         ])  # fmt: skip
     return header, rows
 
