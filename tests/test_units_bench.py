@@ -249,6 +249,112 @@ def test_fastest_carries_the_roof_of_the_chosen_cell():
     assert (f.roof, f.roof_gbps, f.pct_of_roof) == ("pcie", 63.0, 79.4)
 
 
+def pcie_cell(direction="h2d", variant="pageable", gbps=6.9, size=GIB, dev="cuda:0", **kw) -> Cell:
+    src, dst = ("host", dev) if direction == "h2d" else (dev, "host")
+    pct, suspect = m.roof_verdict(gbps, "pcie", 63.0)
+    return cell(direction, variant, size, src, dst, gbps=gbps, roof="pcie", roof_gbps=63.0, pct_of_roof=pct, suspect=suspect, **kw)
+
+
+def test_fastest_lists_every_other_variant_measured_there_fastest_first():
+    cells = [pcie_cell(variant="pageable", gbps=6.9), pcie_cell(variant="aligned", gbps=6.3), pcie_cell(variant="pinned", gbps=49.5),
+             pcie_cell(variant="pinned", gbps=60.0, size=MIB)]  # fmt: skip
+    (f,) = fastest_paths(cells)
+    assert (f.variant, f.gbps) == ("pinned", 49.5)
+    assert [(o.variant, o.gbps) for o in f.others] == [("pageable", 6.9), ("aligned", 6.3)]
+    assert f.others[0].pct_of_roof == pytest.approx(100 * 6.9 / 63.0)
+    # Several devices: each variant by its best cell, never twice.
+    two = [pcie_cell(variant="pinned", gbps=49.0, dev="cuda:1"), *cells]
+    (f,) = fastest_paths(two)
+    assert f.gbps == 49.5 and [o.variant for o in f.others] == ["pageable", "aligned"]
+
+
+def test_advice_names_the_pinned_path_when_it_leaves_the_plain_call_far_behind():
+    h2d, d2h = fastest_paths([pcie_cell(variant="pageable", gbps=6.9), pcie_cell(variant="pinned", gbps=49.5),
+                              pcie_cell("d2h", "copy", 1.45), pcie_cell("d2h", "pinned", 53.0)])  # fmt: skip
+    assert h2d.advice is not None and h2d.advice.startswith("h2d from pinned_host memory is 7.2x pageable: stage host arrays through it")
+    assert h2d.advice.endswith("(this figure leaves out that first copy)")  # the copy into pinned_host memory is not timed
+    assert d2h.advice is not None and d2h.advice.startswith("d2h into pinned_host memory is 36.6x copy: fetch through it")
+    # Not much faster: nothing to change.
+    (f,) = fastest_paths([pcie_cell(variant="pageable", gbps=40.0), pcie_cell(variant="pinned", gbps=50.0)])
+    assert f.variant == "pinned" and f.advice is None
+    # CPU devices: pinned_host is host memory there, whatever the figures say.
+    cpu_cells = [cell(variant="pageable", gbps=2.0, roof="host_memcpy", roof_gbps=9.0), cell(variant="pinned", gbps=8.0, roof="host_memcpy", roof_gbps=9.0)]
+    assert fastest_paths(cpu_cells)[0].advice is None
+
+
+def test_advice_when_only_pageable_paths_were_measured_far_below_the_link():
+    (f,) = fastest_paths([pcie_cell(variant="pageable", gbps=5.4)])
+    assert f.advice is not None and "9% of the PCIe link" in f.advice and "--variants main,pinned" in f.advice
+    # The pinned path was tried (skipped: no pinned_host memory): the table says why, no advice to measure it.
+    skipped = Cell("h2d", "pinned", "single", GIB, "host", "cuda:0", skipped=True, note="skipped: cuda:0 has no pinned_host memory")
+    assert fastest_paths([pcie_cell(variant="pageable", gbps=5.4), skipped])[0].advice is None
+    # Near the link, or no link known: nothing to say.
+    assert fastest_paths([pcie_cell(variant="pageable", gbps=40.0)])[0].advice is None
+    assert fastest_paths([cell(variant="pageable", gbps=5.4)])[0].advice is None
+
+
+def test_one_variant_is_not_called_fastest_and_the_roof_is_named_as_its_link():
+    from devctl.render.bench import verdict_line
+
+    link = m.PcieLink("cuda:0", "0000:18:00.0", 5, 16, 5, 63.0)
+    roofs = m.Roofs(pcie=(link,))
+    (f,) = fastest_paths([pcie_cell(variant="pageable", gbps=5.4, size=256 * MIB)])
+    assert verdict_line(f, roofs) == "h2d at 256M: pageable 5.4 GB/s, 9% of PCIe Gen5 x16 (63.0 GB/s)"
+    # Without the link's generation and width, the roof is the link's peak.
+    assert verdict_line(f, m.Roofs()) == "h2d at 256M: pageable 5.4 GB/s, 9% of the PCIe link's peak (63.0 GB/s)"
+    (f,) = fastest_paths([pcie_cell(variant="pageable", gbps=6.9), pcie_cell(variant="pinned", gbps=49.5)])
+    assert verdict_line(f, roofs) == "Fastest h2d at 1G: pinned 49.5 GB/s, 79% of PCIe Gen5 x16 (63.0 GB/s); pageable 6.9 GB/s, 11%"
+    # A zero-copy variant moved nothing: one variant measured, not a fastest.
+    (f,) = fastest_paths([pcie_cell(variant="pageable", gbps=6.9), cell(variant="aligned", size=GIB, dst="cuda:0", gbps=None, zero_copy=True)])
+    assert verdict_line(f, roofs).startswith("h2d at 1G: pageable 6.9 GB/s") and verdict_line(f, roofs).endswith("zero-copy (no transfer): aligned")
+    # A mesh's roof is its links' sum.
+    sharded = cell(variant="pageable", size=GIB, dst="cuda:all", gbps=100.0, layout="sharded", roof="pcie", roof_gbps=8 * 63.0, pct_of_roof=100 / 5.04)
+    (f,) = fastest_paths([sharded])
+    eight = m.Roofs(pcie=tuple(m.PcieLink(f"cuda:{i}", None, 5, 16, 5, 63.0) for i in range(8)))
+    assert verdict_line(f, eight) == "h2d (sharded) at 1G: pageable 100 GB/s, 20% of 8 PCIe Gen5 x16 links (504 GB/s)"
+
+
+def test_h200_transfer_verdict_names_pinned_fastest_with_how_far_each_path_is_from_the_link():
+    """The document devctl printed on a real H200 (`bench transfer --variants all --sizes 64M,1G --direction
+    h2d,d2h --json`, tests/fixtures/h200/): pageable h2d and np.asarray d2h are a fraction of the link, pinned_host
+    nearly all of it, and the verdict says so rather than 'Fastest h2d: pageable, 9% of the link's peak'."""
+    import json
+    from dataclasses import replace
+    from pathlib import Path
+
+    from devctl.model import from_dict, to_jsonable
+    from devctl.render.bench import summary_lines
+
+    doc = json.loads((Path(__file__).parent / "fixtures" / "h200" / "bench-transfer-variants-all-64m-1g.json").read_text())
+    report = from_dict(m.TransferReport, doc)
+    report = replace(report, fastest=fastest_paths(report.results))
+    h2d, d2h = report.fastest
+    assert (h2d.direction, h2d.variant, h2d.size_bytes, round(h2d.gbps or 0, 1)) == ("h2d", "pinned", GIB, 49.5)
+    assert (d2h.direction, d2h.variant, d2h.size_bytes, round(d2h.gbps or 0, 1)) == ("d2h", "pinned", GIB, 53.0)
+    assert round(h2d.pct_of_roof or 0) == 79 and round(d2h.pct_of_roof or 0) == 84  # of 63.0 GB/s, PCIe Gen5 x16
+    assert [o.variant for o in h2d.others] == ["pageable", "aligned"] and [o.variant for o in d2h.others] == ["copy", "async", "numpy"]
+    lines = summary_lines(report)
+    assert lines[:4] == [
+        "Fastest h2d at 1G: pinned 49.5 GB/s, 79% of PCIe Gen5 x16 (63.0 GB/s); pageable 6.91 GB/s, 11%; aligned 6.33 GB/s, 10%",
+        "Advice: h2d from pinned_host memory is 7.2x pageable: stage host arrays through it with "
+        'jax.device_put(x, sharding.with_memory_kind("pinned_host")), then device_put to the device (this figure leaves out that first copy)',
+        "Fastest d2h at 1G: pinned 53.0 GB/s, 84% of PCIe Gen5 x16 (63.0 GB/s); copy 1.45 GB/s, 2%; async 1.45 GB/s, 2%; numpy 1.44 GB/s, 2%",
+        "Advice: d2h into pinned_host memory is 36.5x copy: fetch through it with "
+        'jax.device_put(x, sharding.with_memory_kind("pinned_host")), then np.asarray',
+    ]
+    # What --quick printed there before pinned was in the default: the pageable paths alone, and no "Fastest".
+    plain = [c for c in report.results if c.variant in ("pageable", "copy") and c.size_bytes == 64 * MIB]
+    alone = replace(report, results=tuple(plain), fastest=fastest_paths(plain))
+    lines = summary_lines(alone)
+    assert lines[0] == "h2d at 64M: pageable 5.02 GB/s, 8% of PCIe Gen5 x16 (63.0 GB/s)"
+    assert lines[1].startswith("Advice: pageable h2d reaches 8% of the PCIe link")
+    assert lines[2] == "d2h at 64M: copy 1.23 GB/s, 2% of PCIe Gen5 x16 (63.0 GB/s)"
+    # The verdict is data too: --json carries it, as its schema says.
+    from conftest import validate_schema
+
+    validate_schema(to_jsonable(report), "bench.transfer")
+
+
 # ---- options ------------------------------------------------------------------------------------------
 
 
@@ -267,19 +373,73 @@ def test_variants_for(variants, direction, layout, expected):
     assert TransferOptions(variants=variants).variants_for(direction, layout) == expected
 
 
+@pytest.mark.parametrize(
+    "pinned_on_accelerators,pinned_path,direction,layout,expected",
+    [
+        (True, True, "h2d", "single", ("pageable", "pinned")),  # the CLI's default on an accelerator
+        (True, True, "d2h", "single", ("copy", "pinned")),
+        (True, True, "d2d", "single", ("put",)),  # no pinned path between devices
+        (True, True, "d2d-self", "single", ("put",)),
+        (True, True, "h2d", "sharded", ("pageable",)),  # mesh layouts measure what a plain call does
+        (True, False, "h2d", "single", ("pageable",)),  # CPU devices: pinned_host is host memory like any other
+        (False, True, "h2d", "single", ("pageable",)),  # devctl check's h2d figure, --variants main: the plain call
+    ],
+)
+def test_the_default_adds_the_pinned_path_for_h2d_and_d2h_where_the_devices_have_one(
+    pinned_on_accelerators, pinned_path, direction, layout, expected
+):
+    opts = TransferOptions(pinned_on_accelerators=pinned_on_accelerators)
+    assert opts.variants_for(direction, layout, pinned_path=pinned_path) == expected
+    # Named variants are measured as named, whatever the devices.
+    named = TransferOptions(variants=("pageable",), pinned_on_accelerators=pinned_on_accelerators)
+    assert named.variants_for("h2d", "single", pinned_path=pinned_path) == ("pageable",)
+
+
+@pytest.mark.parametrize(
+    "platform,kinds,expected",
+    [
+        ("gpu", ("device", "pinned_host", "unpinned_host"), True),
+        ("tpu", ("device", "pinned_host", "unpinned_host"), True),
+        ("gpu", ("device",), False),  # a backend that offers no pinned_host memory
+        ("cpu", ("device", "pinned_host", "unpinned_host"), False),  # recent jaxlibs: host memory under another name
+    ],
+)
+def test_pinned_is_a_path_of_its_own_on_accelerators_only(platform, kinds, expected):
+    assert m.pinned_is_a_path(platform, kinds) is expected
+
+
+@pytest.mark.parametrize(
+    "flag,expected_variants,expected_pinned",
+    [
+        (None, None, True),  # no --variants: the default, pinned on accelerators
+        ("main", None, False),  # each direction's plain call alone
+        ("main,pinned", ("pageable", "pinned", "copy", "put"), False),  # ALL_VARIANTS order
+    ],
+)
+def test_the_cli_default_asks_for_the_pinned_path_and_main_does_not(flag, expected_variants, expected_pinned):
+    from devctl.cli.bench import build_options
+
+    opts = build_options(None, flag, None, False, None, None, None, True, False, False, None, None, None, False)
+    assert (opts.variants, opts.pinned_on_accelerators) == (expected_variants, expected_pinned)
+    quick = build_options(None, flag, None, True, None, None, None, True, False, False, None, None, None, False)
+    assert quick.pinned_on_accelerators is expected_pinned  # --quick keeps it
+
+
 def test_options_survive_the_trip_to_the_probe_child():
     import json
 
     opts = TransferOptions(directions=("h2d", "d2d"), variants=("pinned",), layouts=("single", "sharded"),
-                           sizes_bytes=(4096, MIB), all_pairs=True, repeats=5, min_time_s=0.01, verify=False)  # fmt: skip
+                           sizes_bytes=(4096, MIB), all_pairs=True, repeats=5, min_time_s=0.01, verify=False,
+                           pinned_on_accelerators=True)  # fmt: skip
     assert TransferOptions.from_request(json.loads(json.dumps(opts.to_request()))) == opts
 
 
 # ---- the host-memory estimate (measured multiples, model/bench.py's docstring) -------------------------
 
 
-def _need(size=MIB, in_host=True, n=4, **opts):
-    return host_bytes_needed(TransferOptions(**opts), size, devices_in_host_memory=in_host, device_count=n) / size
+def _need(size=MIB, in_host=True, n=4, pinned_path=False, **opts):
+    opts_ = TransferOptions(**opts)
+    return host_bytes_needed(opts_, size, devices_in_host_memory=in_host, device_count=n, pinned_path=pinned_path) / size
 
 
 @pytest.mark.parametrize(
@@ -306,6 +466,9 @@ def test_host_estimate_on_an_accelerator_counts_only_the_host_side():
     assert _need(in_host=False) == 2 + 2  # the buffers, and a result fetched and compared
     assert _need(in_host=False, directions=("d2h",), variants=("pinned",)) == 2 + 3
     assert _need(in_host=False, directions=("d2d",), verify=False) == 2
+    # The default's pinned cells on an accelerator hold a pinned buffer too; not on CPU devices, which measure none.
+    assert _need(in_host=False, directions=("d2h",), pinned_on_accelerators=True, pinned_path=True) == 2 + 3
+    assert _need(in_host=False, directions=("d2h",), pinned_on_accelerators=True) == 2 + 2
     # On an accelerator a replicated array is device memory: the host estimate does not grow with the devices.
     assert _need(in_host=False, layouts=("replicated",), n=8) == _need(in_host=False, layouts=("replicated",), n=2)
 
@@ -505,6 +668,41 @@ def test_one_device_plans_d2d_as_a_skipped_cell_with_a_reason():
     assert skipped.skipped and skipped.dst == "none" and skipped.src == "cuda:0" and skipped.gbps is None
 
 
+def _planned_variants(b) -> set[tuple[str, str]]:
+    return {(spec.direction, spec.variant) for group in b.plan() for spec in group}
+
+
+def test_the_default_plan_on_a_gpu_measures_pinned_h2d_and_d2h_beside_the_plain_calls():
+    # The CLI's default (no --variants), on an 8-GPU host as JAX shows it: device, pinned_host, unpinned_host.
+    b = planned([gpu(i) for i in range(8)], pinned_on_accelerators=True)
+    assert b.pinned_path
+    assert _planned_variants(b) == {("h2d", "pageable"), ("h2d", "pinned"), ("d2h", "copy"), ("d2h", "pinned"),
+                                    ("d2d", "put"), ("d2d-self", "put")}  # fmt: skip
+    # Every size, both directions: the verdict compares the two paths at the largest.
+    for group in b.plan():
+        assert sum(s.variant == "pinned" for s in group) == 2
+    # --quick too: two sizes, pinned included.
+    quick = planned([gpu(0)], pinned_on_accelerators=True, quick=True)
+    assert ("h2d", "pinned") in _planned_variants(quick) and ("d2h", "pinned") in _planned_variants(quick)
+    # Per size: h2d and d2h twice each, d2d (a skipped cell on one device), d2d-self.
+    assert [len(g) for g in quick.plan()] == [6, 6]
+
+
+def test_the_default_plan_elsewhere_is_each_directions_plain_call():
+    plain = {("h2d", "pageable"), ("d2h", "copy"), ("d2d", "put"), ("d2d-self", "put")}
+    # CPU devices: JAX gives them a pinned_host kind, but it is host memory like a numpy array's.
+    cpus = planned([cpu(0), cpu(1)], pinned_on_accelerators=True)
+    assert not cpus.pinned_path and _planned_variants(cpus) == plain
+    # A GPU whose backend offers no pinned_host memory: no path to measure (--variants pinned says why, skipped).
+    bare = planned([gpu(0, kinds=("device",)), gpu(1, kinds=("device",))], pinned_on_accelerators=True)
+    assert _planned_variants(bare) == plain
+    # Without the CLI's default (devctl check's h2d figure, --variants main): the plain calls on a GPU too.
+    assert _planned_variants(planned([gpu(0), gpu(1)])) == plain
+    # Mesh layouts: the plain call only.
+    mesh = planned([gpu(0), gpu(1)], pinned_on_accelerators=True, layouts=("sharded",))
+    assert {v for _, v in _planned_variants(mesh)} == {"pageable", "copy", "put"}
+
+
 def test_pinned_variant_is_skipped_where_the_device_has_no_pinned_host_memory():
     b = planned([gpu(0, kinds=("device",))], directions=("h2d",), variants=("pinned",), sizes_bytes=(MIB,))
     (spec,) = b.plan()[0]
@@ -660,10 +858,10 @@ def test_a_suspect_cell_shows_suspect_not_its_percentage(plain_stdout):
     assert cell.pct_of_roof is not None and cell.pct_of_roof > 100  # the figure stays in --json
     transfer_text(report)
     out = plain_stdout.readouterr().out
-    (row,) = [line for line in out.splitlines() if line.startswith("d2h") and "16M" in line]
+    (row,) = [line for line in out.splitlines() if "cpu:0 → host" in line and "16M" in line]
     assert row.endswith("suspect") and "%" not in row
     assert "15.6 (suspect)" in out  # its bar in the chart
-    assert "Fastest d2h at 16M: copy, 15.6 GB/s, suspect: above host memcpy (14.7 GB/s)" in out
+    assert "d2h at 16M: copy 15.6 GB/s, suspect: above host memcpy (14.7 GB/s)" in out.splitlines()
     assert "Note: suspect: 1 cell came out faster than its roof" in out
 
 

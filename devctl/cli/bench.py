@@ -42,8 +42,14 @@ DirectionOpt = Annotated[
     ),
 ]
 VariantsOpt = Annotated[
-    str,
-    Option("--variants", metavar="NAMES", autocompletion=completion.variants, help="main (each direction's plain call), all, or: " + ", ".join(m.ALL_VARIANTS)),
+    Optional[str],
+    Option(
+        "--variants",
+        metavar="NAMES",
+        autocompletion=completion.variants,
+        help="main (each direction's plain call), all, or: " + ", ".join(m.ALL_VARIANTS) + ". Default: main, "
+        "plus pinned for h2d and d2h on accelerators (devices with pinned_host memory; not CPU devices).",
+    ),
 ]
 SizesOpt = Annotated[
     Optional[str],
@@ -116,7 +122,7 @@ WatchdogOpt = Annotated[
 @bench_app.command("transfer")
 def transfer(
     direction: DirectionOpt = None,
-    variants: VariantsOpt = "main",
+    variants: VariantsOpt = None,
     sizes: SizesOpt = None,
     quick: QuickOpt = False,
     repeats: RepeatsOpt = None,
@@ -192,6 +198,7 @@ def build_options(
     return m.TransferOptions(
         directions=directions,
         variants=chosen_variants,
+        pinned_on_accelerators=variants is None,  # the default; --variants main is the plain calls alone
         layouts=layouts,
         sizes_bytes=parse_sizes(sizes) if sizes is not None else None,
         devices=devices,
@@ -210,7 +217,11 @@ def parse_directions(items: list[str] | None) -> tuple[str, ...]:
     return choose("--direction", items, m.DIRECTIONS, m.DIRECTIONS)
 
 
-def parse_variants(text: str, directions: tuple[str, ...]) -> tuple[str, ...] | None:
+def parse_variants(text: str | None, directions: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The variants named, in the table's order; None for each direction's main variant (and, without
+    --variants, the pinned path the default adds on accelerators)."""
+    if text is None:
+        return None
     names = [n.lower() for n in split_list("--variants", [text], f"main, all, or some of {', '.join(m.ALL_VARIANTS)}")]
     for n in names:
         if n in ("main", "all"):

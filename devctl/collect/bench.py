@@ -78,11 +78,16 @@ def check_sizes_fit(opts: m.TransferOptions, plan: dict) -> None:
         return  # the default sweep: the probe itself leaves out what does not fit, and says so
     devices = [d for d in plan.get("devices") or [] if isinstance(d, dict)]
     in_host = any(d.get("platform") == "cpu" for d in devices)
+    # As the child plans it: the default measures pinned where a device has a pinned path of its own (a
+    # superset of the targets, so the estimate errs high, never low).
+    pinned = any(m.pinned_is_a_path(str(d.get("platform")), d.get("memory_kinds") or ()) for d in devices)
     from devctl.discovery.host import host_memory_limit
 
     limit, what = host_memory_limit()
     for size in opts.sizes_bytes:
-        need = m.host_bytes_needed(opts, size, devices_in_host_memory=in_host, device_count=max(len(devices), 1))
+        need = m.host_bytes_needed(
+            opts, size, devices_in_host_memory=in_host, device_count=max(len(devices), 1), pinned_path=pinned
+        )
         if limit is not None and need > limit:
             copies = need // size
             largest = _largest_fitting(limit // copies)

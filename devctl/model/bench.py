@@ -50,6 +50,14 @@ VARIANT_HELP = {
     ("d2d-self", "donate"): "jax.device_put(fresh x, same device, may_alias=False, donate=True)",
 }
 ALL_VARIANTS = tuple(dict.fromkeys(v for names in VARIANTS.values() for v in names))
+# What the default run adds to each direction's plain call on an accelerator: JAX's plain h2d and d2h go through
+# pageable host memory, often a fraction of what the link carries (an H200: 6.9 and 1.4 GB/s pageable, 49.5 and
+# 53.0 through pinned_host memory, on a 63 GB/s PCIe Gen5 x16 link). Measuring only them reads as a broken link.
+PINNED_DEFAULT_DIRECTIONS = ("h2d", "d2h")
+# A path this many times faster than the plain call is worth changing a program for: the verdict says how.
+ADVICE_SPEEDUP = 1.5
+# A plain call below this share of its PCIe roof, with no pinned path measured beside it, is not the link's speed.
+LOW_SHARE_OF_LINK_PCT = 50.0
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 # Powers of four keep the default sweep to nine sizes: latency at the small end, bandwidth at the large.
@@ -73,12 +81,20 @@ def main_variant(direction: str) -> str:
     return VARIANTS[direction][0]
 
 
+def pinned_is_a_path(platform: str, memory_kinds: Iterable[str]) -> bool:
+    """Whether pinned_host memory is a host<->device path of its own on a device: on an accelerator that offers it
+    (a GPU, a TPU), not on a CPU device, whose memory is host memory whatever its kind (recent jaxlibs give CPU
+    devices a pinned_host kind too: a copy from it is the same memcpy as from a numpy array)."""
+    return platform != "cpu" and "pinned_host" in tuple(memory_kinds)
+
+
 @dataclass(frozen=True)
 class TransferOptions:
     """A validated request; the CLI builds it, the probe child reads it back from JSON."""
 
     directions: tuple[str, ...] = DIRECTIONS
-    variants: tuple[str, ...] | None = None  # None: each direction's main variant only
+    # None: each direction's main variant, and pinned for h2d and d2h too with pinned_on_accelerators
+    variants: tuple[str, ...] | None = None
     layouts: tuple[str, ...] = ("single",)
     sizes_bytes: tuple[int, ...] | None = None  # None: the default sweep, decided where devices are known
     devices: tuple[DeviceRef, ...] | None = None  # None: the first local device; () : every local device
@@ -90,11 +106,20 @@ class TransferOptions:
     warmups: int = DEFAULT_WARMUPS
     verify: bool = True
     quick: bool = False
+    # With variants None: h2d and d2h also measure pinned where the devices measured have a pinned path
+    # (pinned_is_a_path). The CLI's default; off here, for callers that want the plain call alone (devctl
+    # check's h2d figure).
+    pinned_on_accelerators: bool = False
 
-    def variants_for(self, direction: str, layout: str) -> tuple[str, ...]:
+    def variants_for(self, direction: str, layout: str, *, pinned_path: bool = False) -> tuple[str, ...]:
+        """The variants measured for a direction and layout; `pinned_path`: the devices measured have a pinned
+        path of their own (pinned_is_a_path), which the default adds to h2d and d2h."""
         # Mesh layouts measure what a plain call does; variants are single-device questions.
-        if self.variants is None or layout != "single":
+        if layout != "single":
             return (main_variant(direction),)
+        if self.variants is None:
+            pinned = self.pinned_on_accelerators and pinned_path and direction in PINNED_DEFAULT_DIRECTIONS
+            return (main_variant(direction), *(("pinned",) if pinned else ()))
         # A direction that offers none of the named variants still gets its plain call measured.
         return tuple(v for v in VARIANTS[direction] if v in self.variants) or (main_variant(direction),)
 
@@ -267,8 +292,18 @@ class BenchEnvironment(_BenchEnvironmentRequired, total=False):
 
 
 @dataclass(frozen=True)
+class VariantFigure:
+    """A measured variant beside the fastest one of its direction: its rate and how far it is from the roof."""
+
+    variant: str = field(metadata=json_schema(enum=_VARIANT_NAMES))
+    gbps: float = field(metadata=json_schema(exclusiveMinimum=0))
+    pct_of_roof: float | None = field(default=None, metadata=json_schema(minimum=0))  # of the same roof as the fastest's
+
+
+@dataclass(frozen=True)
 class Fastest:
-    """The quickest measured variant of one direction and layout at its largest measured size."""
+    """The quickest measured variant of one direction and layout at its largest measured size, the others measured
+    there, and what to change when one is much faster than the plain call."""
 
     direction: str = field(metadata=json_schema(enum=DIRECTIONS))
     layout: str = field(metadata=json_schema(enum=LAYOUTS))
@@ -280,6 +315,10 @@ class Fastest:
     pct_of_roof: float | None = field(default=None, metadata=json_schema(minimum=0))
     zero_copy_variants: tuple[str, ...] = field(default=(), metadata=json_schema(items={"enum": _VARIANT_NAMES}))  # variants where JAX aliased instead of copying
     note: str | None = None
+    others: tuple[VariantFigure, ...] = ()  # every other variant measured at this size, fastest first
+    # What to change: a path much faster than the plain call and how to take it, or why the plain call alone
+    # says little about the link. None: nothing to change.
+    advice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -331,7 +370,8 @@ class TransferReport:
 
 
 def fastest_paths(cells: tuple[Cell, ...] | list[Cell]) -> tuple[Fastest, ...]:
-    """Per direction and layout, the variant with the highest GB/s at the largest size measured."""
+    """Per direction and layout, the variant with the highest GB/s at the largest size measured, every other
+    variant measured there, and advice when the pinned path leaves the plain call far behind."""
     groups: dict[tuple[str, str], list[Cell]] = {}
     for c in cells:
         if not c.skipped:
@@ -347,13 +387,50 @@ def fastest_paths(cells: tuple[Cell, ...] | list[Cell]) -> tuple[Fastest, ...]:
             note = "every variant was zero-copy here: no bytes move" if zero else "nothing measured at this size"
             out.append(Fastest(direction, layout, top, None, None, zero_copy_variants=zero, note=note))
             continue
-        best = max(measured, key=lambda c: c.gbps or 0.0)  # every measured cell has one
+        # Each variant by its best cell (several devices: the fastest of them), fastest first.
+        by_variant: dict[str, Cell] = {}
+        for c in sorted(measured, key=lambda c: c.gbps or 0.0, reverse=True):  # every measured cell has one
+            by_variant.setdefault(c.variant, c)
+        best, *rest = by_variant.values()
+        tried = {c.variant for c in cells if (c.direction, c.layout, c.size_bytes) == (direction, layout, top)}
         out.append(
             Fastest(
-                direction, layout, top, best.variant, best.gbps, best.roof, best.roof_gbps, best.pct_of_roof, zero
+                direction, layout, top, best.variant, best.gbps, best.roof, best.roof_gbps, best.pct_of_roof, zero,
+                others=tuple(VariantFigure(c.variant, c.gbps or 0.0, c.pct_of_roof) for c in rest),
+                advice=_advice(direction, layout, best, by_variant, tried),
             )
         )
     return tuple(out)
+
+
+def _advice(direction: str, layout: str, best: Cell, by_variant: dict[str, Cell], tried: set[str]) -> str | None:
+    """What the fastest path says to change in a program: take the pinned path where it leaves the plain call
+    far behind; or, where only pageable paths were measured far below the PCIe link, measure the pinned one
+    before blaming the link. CPU devices (a host_memcpy roof) have no pinned path of their own."""
+    if layout != "single" or direction not in PINNED_DEFAULT_DIRECTIONS or best.gbps is None:
+        return None
+    main = main_variant(direction)
+    plain = by_variant.get(main)
+    if best.variant == "pinned" and best.roof != "host_memcpy" and plain is not None and plain.gbps:
+        speedup = best.gbps / plain.gbps
+        if speedup < ADVICE_SPEEDUP:
+            return None
+        how = 'jax.device_put(x, sharding.with_memory_kind("pinned_host"))'
+        if direction == "h2d":
+            # The recipe times the copy from pinned_host memory, as a program whose arrays live there pays it; one
+            # that stages each batch also pays a host copy into it first. Say so rather than promise the ratio.
+            return (
+                f"h2d from pinned_host memory is {speedup:.1f}x {main}: stage host arrays through it with {how}, "
+                "then device_put to the device (this figure leaves out that first copy)"
+            )
+        return f"d2h into pinned_host memory is {speedup:.1f}x {main}: fetch through it with {how}, then np.asarray"
+    low = best.pct_of_roof is not None and best.pct_of_roof < LOW_SHARE_OF_LINK_PCT
+    if "pinned" not in tried and best.roof == "pcie" and low:
+        return (
+            f"{best.variant} {direction} reaches {best.pct_of_roof:.0f}% of the PCIe link: pageable host memory, "
+            "not the link, is often the limit; --variants main,pinned measures transfers through pinned_host memory"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -503,19 +580,26 @@ def _regression(c: Cell, base_gbps: float, change: float | None, band: float | N
 HOST_BUFFERS = 2
 
 
-def host_bytes_needed(opts: TransferOptions, size: int, *, devices_in_host_memory: bool, device_count: int) -> int:
+def host_bytes_needed(
+    opts: TransferOptions, size: int, *, devices_in_host_memory: bool, device_count: int, pinned_path: bool = False
+) -> int:
     """Peak host memory the probe holds for one size: its buffers plus the most any one cell holds at once.
 
     Measured on CPU JAX, where device arrays are host memory (peak RSS per byte of --sizes at 32M and
     256M, 4 devices): h2d 4x the size, d2h, d2d and d2d-self 5x, 6x with --variants all (the aligned
     copy and the pinned buffer), 3-5x with --no-verify, 7-11x replicated on 4 devices. On an
     accelerator only the host side counts: the buffers, a d2h result, a pinned buffer and the
-    verification's host copy and comparison.
+    verification's host copy and comparison. `pinned_path`: the devices have a pinned path of their own
+    (pinned_is_a_path), which the default measures.
     """
-    single_variants = {v for d in opts.directions for v in opts.variants_for(d, "single")}
+
+    def variants(direction: str, layout: str) -> tuple[str, ...]:
+        return opts.variants_for(direction, layout, pinned_path=pinned_path)
+
+    single_variants = {v for d in opts.directions for v in variants(d, "single")}
     aligned = 1 if "single" in opts.layouts and "h2d" in opts.directions and "aligned" in single_variants else 0
     per_cell = max(
-        _cell_host_copies(d, opts.variants_for(d, layout), layout, opts.verify, devices_in_host_memory, device_count)
+        _cell_host_copies(d, variants(d, layout), layout, opts.verify, devices_in_host_memory, device_count)
         for d in opts.directions
         for layout in opts.layouts
     )

@@ -109,8 +109,9 @@ class Bench(Plan, Recipes):
     def _run_size(self, size: int, specs: list[Spec]) -> None:
         np = self.np
         host_need = m.host_bytes_needed(
-            self.opts, size, devices_in_host_memory=self._devices_share_host(), device_count=len(self.local)
-        )  # the estimate `--sizes` is checked against in cli, measured (model.bench)
+            self.opts, size, devices_in_host_memory=self._devices_share_host(), device_count=len(self.local),
+            pinned_path=self.pinned_path,
+        )  # the estimate `--sizes` is checked against in collect, measured (model.bench)
         avail = host_available_bytes()
         if avail is not None and host_need > avail * 0.8:
             why = f"skipped: needs about {format_bytes(host_need)} of host memory, {format_bytes(avail)} available"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devctl.model import bench as m
-from devctl.probe.transfer_devices import device_free_bytes, device_name
+from devctl.probe.transfer_devices import device_free_bytes, device_name, memory_kinds
 from devctl.units import format_bytes, format_size_short
 
 
@@ -86,6 +86,11 @@ class Plan:
         dst = dev(self.opts.dst, "--dst") if self.opts.dst is not None else None
         self.pairs, self.matrix_pairs, self.pairs_note = self._pairs(src, dst)
         self.sizes, self.sweep_note = self._sizes()
+        # The default adds pinned h2d and d2h where a device measured has pinned_host memory of its own.
+        self.pinned_path = any(m.pinned_is_a_path(d.platform, memory_kinds(d)) for d in self.targets)
+
+    def variants_for(self, direction: str, layout: str) -> tuple[str, ...]:
+        return self.opts.variants_for(direction, layout, pinned_path=self.pinned_path)
 
     def _pairs(self, src, dst) -> tuple[list, list, str | None]:
         """The d2d pairs swept over every size, those measured only at the largest size, and why not more."""
@@ -150,7 +155,7 @@ class Plan:
             specs = []
             for layout in self.opts.layouts:
                 for direction in self.opts.directions:
-                    for variant in self.opts.variants_for(direction, layout):
+                    for variant in self.variants_for(direction, layout):
                         specs += self._specs(direction, variant, layout, size, top)
             groups.append(specs)
         return groups

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from devctl.model.bench import Cell, Gate, TransferReport, above_roof
+from devctl.model.bench import Cell, Fastest, Gate, Roofs, TransferReport, above_roof
 from devctl.units import figure, format_seconds, format_size_short
 
 BAR_WIDTH = 32
@@ -243,18 +243,9 @@ def summary_lines(report: TransferReport) -> list[str]:
     """The fastest paths, the roofs and the notes: prose lines, each wrapped to the terminal by the caller."""
     lines = []
     for f in report.fastest:
-        where = "" if f.layout == "single" else f" ({f.layout})"
-        size = format_size_short(f.size_bytes)
-        zero = f"; zero-copy (no transfer): {', '.join(f.zero_copy_variants)}" if f.zero_copy_variants else ""
-        if f.variant is None:
-            lines.append(f"Fastest {f.direction}{where} at {size}: none measured ({f.note}){zero}")
-            continue
-        roof = ""
-        if above_roof(f.pct_of_roof):
-            roof = f", suspect: above {_roof_long(f.roof)} ({figure(f.roof_gbps)} GB/s)"
-        elif f.pct_of_roof is not None:
-            roof = f", {f.pct_of_roof:.0f}% of {_roof_long(f.roof)} ({figure(f.roof_gbps)} GB/s)"
-        lines.append(f"Fastest {f.direction}{where} at {size}: {f.variant}, {figure(f.gbps)} GB/s{roof}{zero}")
+        lines.append(verdict_line(f, report.roofs))
+        if f.advice:
+            lines.append(f"Advice: {f.advice}")
     lines += roof_lines(report)
     env = report.environment
     for key in ("sweep_note", "pairs_note"):
@@ -285,8 +276,59 @@ def summary_lines(report: TransferReport) -> list[str]:
     return lines
 
 
-def _roof_long(kind: str | None) -> str:
+def verdict_line(f: Fastest, roofs: Roofs) -> str:
+    """One direction's verdict: its fastest path (only where two or more were measured is it called that), how far
+    it is from the roof, named as the link when known, then each other path measured and its share of that roof:
+    `Fastest h2d at 1G: pinned 49.5 GB/s, 79% of PCIe Gen5 x16 (63.0 GB/s); pageable 6.91 GB/s, 11%`."""
+    where = "" if f.layout == "single" else f" ({f.layout})"
+    size = format_size_short(f.size_bytes)
+    zero = f"; zero-copy (no transfer): {', '.join(f.zero_copy_variants)}" if f.zero_copy_variants else ""
+    if f.variant is None:
+        return f"{f.direction}{where} at {size}: none measured ({f.note}){zero}"
+    roof = ""
+    name = _roof_long(f.roof, f.roof_gbps, roofs)
+    if above_roof(f.pct_of_roof):
+        roof = f", suspect: above {name} ({figure(f.roof_gbps)} GB/s)"
+    elif f.pct_of_roof is not None:
+        roof = f", {f.pct_of_roof:.0f}% of {name} ({figure(f.roof_gbps)} GB/s)"
+    others = "".join(f"; {o.variant} {figure(o.gbps)} GB/s{_share(o.pct_of_roof)}" for o in f.others)
+    lead = "Fastest " if f.others else ""
+    return f"{lead}{f.direction}{where} at {size}: {f.variant} {figure(f.gbps)} GB/s{roof}{others}{zero}"
+
+
+def _share(pct: float | None) -> str:
+    if pct is None:
+        return ""
+    return ", suspect" if above_roof(pct) else f", {pct:.0f}%"
+
+
+def _roof_long(kind: str | None, roof_gbps: float | None = None, roofs: Roofs | None = None) -> str:
+    """A roof's name in prose; a PCIe roof as its link (`PCIe Gen5 x16`, `8 PCIe Gen5 x16 links` for a mesh's
+    sum) where the links read say which, else as the link's peak."""
+    if kind == "pcie" and roof_gbps and roofs is not None:
+        link = _link_name(roof_gbps, roofs)
+        if link:
+            return link
     return {"pcie": "the PCIe link's peak", "host_memcpy": "host memcpy"}.get(kind or "", "its roof")
+
+
+def _link_name(roof_gbps: float, roofs: Roofs) -> str | None:
+    """The PCIe link(s) a roof of `roof_gbps` is: the generation and width of every link with that peak, when they
+    agree; a whole multiple of one peak shared by every link read is that many links (a mesh's roof is their sum)."""
+    import math
+
+    links = [link for link in roofs.pcie if link.peak_gbps and link.max_gen and link.max_width]
+    same = {(link.max_gen, link.max_width) for link in links if math.isclose(link.peak_gbps or 0.0, roof_gbps, rel_tol=1e-6)}
+    if len(same) == 1:
+        gen, width = same.pop()
+        return f"PCIe Gen{gen} x{width}"
+    kinds = {(link.max_gen, link.max_width, link.peak_gbps) for link in links}
+    if len(kinds) == 1:
+        gen, width, peak = kinds.pop()
+        count = roof_gbps / (peak or roof_gbps)
+        if count > 1 and math.isclose(count, round(count), rel_tol=1e-6):
+            return f"{round(count)} PCIe Gen{gen} x{width} links"
+    return None
 
 
 def roof_lines(report: TransferReport) -> list[str]:
