@@ -6,7 +6,8 @@ Figures are recorded in benchmarks/README.md ("## bench memory", "## bench matmu
 2. Fidelity, end to end: devctl's median for cpu:0 against a hand-written loop in a fresh process that does
    nothing but the same jitted call and block_until_ready (memory: x + 1 into a donated buffer at 256 MiB, and
    numpy's np.add(x, 1, out=y) beside it as the host's own figure; matmul: f32 at Precision.HIGHEST, n = 1024).
-   The two alternate, `--rounds` times each.
+   The two alternate, `--rounds` times each. Since issue 20 devctl times bursts of calls and one sync, and this
+   one-call loop is the old method's figure: benchmarks/bench_chip_bursts.py sets devctl beside a burst loop.
 
 Usage: python benchmarks/bench_memory_matmul.py [--rounds 3] [--skip-wall] [--devices 4]
 """

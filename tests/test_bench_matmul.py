@@ -10,6 +10,7 @@ import pytest
 from conftest import assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
 
 from devctl.errors import UsageError
+from devctl.probe.chip import MAX_CALLS, MIN_CALLS
 
 SMALL = ("--sizes", "64,128", "--repeats", "3", "--min-time", "0.005", "--warmups", "1")
 
@@ -40,6 +41,9 @@ def test_every_device_dtype_and_size(run):
         assert c["precision"] == {"bf16": "DEFAULT", "f32": "HIGHEST"}[c["dtype"]]
         assert c["min_s"] <= c["p10_s"] <= c["median_s"] <= c["p90_s"] <= c["max_s"]
         assert c["tflops"] == pytest.approx(c["flops"] / c["median_s"] / 1e12)
+        # Every sample is a burst of calls and one sync; the figures are per call, the single call's cost apart.
+        assert MIN_CALLS <= c["calls_per_sample"] <= MAX_CALLS and c["samples"] >= 3
+        assert c["single_call_s"] > 0 and c["call_overhead_s"] >= 0
         assert c["roof_tflops"] is None and c["pct_of_roof"] is None
 
 
@@ -67,6 +71,7 @@ def test_one_dtype_one_device_csv():
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
     assert [(r["device"], r["dtype"], r["n"], r["precision"]) for r in rows] == [("cpu:1", "f32", "64", "HIGHEST")]
+    assert int(rows[0]["calls_per_sample"]) >= MIN_CALLS and float(rows[0]["call_overhead_s"]) >= 0
 
 
 def test_table():
@@ -74,6 +79,7 @@ def test_table():
     assert proc.returncode == 0, proc.stderr
     assert "devctl bench matmul" in proc.stdout and "Per device, bf16" in proc.stdout
     assert "Roof, matmul bf16: none" in proc.stdout
+    assert "Per call: launch + sync " in proc.stdout and "burst" in proc.stdout
 
 
 @pytest.mark.parametrize(
@@ -122,3 +128,31 @@ def test_verification_catches_a_lower_precision_than_asked():
     nan = exact.copy()
     nan[0, 0] = np.nan
     assert not _verify(np, nan, a, b, "f32")
+
+
+_BURSTS = r"""
+import json, jax, numpy as np
+from devctl.probe.bench_matmul import Product
+from devctl.probe.chip import burst
+dev = jax.devices()[1]
+p = Product(jax, np, dev, "f32", 128)
+where = p.c.unsafe_buffer_pointer()
+ok_first = p.verified
+burst(p, 5)
+out = {"first": ok_first, "last": p.last_is_right(), "in_place": p.in_place, "max_burst": p.max_burst,
+       "same_buffer": p.c.unsafe_buffer_pointer() == where, "on": p.c.devices() == {dev}}
+print(json.dumps(out))
+"""
+
+
+def test_each_call_of_a_burst_writes_into_the_result_of_the_one_before():
+    """A burst on a real CPU device: every call wrote its C into the same (donated) buffer, so each waited for the
+    one before and none allocated; the last call's C is checked as the first one's is."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _BURSTS], env=cpu_env(2), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"first": True, "last": True, "in_place": True, "max_burst": None, "same_buffer": True, "on": True}

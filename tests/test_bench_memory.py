@@ -9,6 +9,9 @@ import json
 import pytest
 from conftest import assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
 
+from devctl.model.bench_chip import BURST_MIN_S
+from devctl.probe.chip import MAX_CALLS, MIN_CALLS
+
 MIB = 1 << 20
 SMALL = ("--sizes", "1M,4M", "--repeats", "3", "--min-time", "0.005", "--warmups", "1")
 
@@ -38,6 +41,9 @@ def test_every_device_at_every_size_with_its_statistics(run):
         assert not c["skipped"] and c["verified"] is True
         assert c["bytes_moved"] == 2 * c["size_bytes"]  # read once, written once
         assert c["samples"] >= 3
+        # Every sample is a burst of calls and one sync; the figures are per call, the single call's cost apart.
+        assert MIN_CALLS <= c["calls_per_sample"] <= MAX_CALLS
+        assert c["single_call_s"] > 0 and c["call_overhead_s"] >= 0
         assert c["min_s"] <= c["p10_s"] <= c["median_s"] <= c["p90_s"] <= c["max_s"]
         assert c["gbps"] == pytest.approx(c["bytes_moved"] / c["median_s"] / 1e9)
         assert c["peak_gbps"] == pytest.approx(c["bytes_moved"] / c["min_s"] / 1e9)
@@ -46,6 +52,8 @@ def test_every_device_at_every_size_with_its_statistics(run):
     assert [d["name"] for d in run["devices"]] == [f"cpu:{i}" for i in range(4)]
     env = run["environment"]
     assert env["repeats"] == 3 and env["warmups"] == 1 and env["min_time_s"] == 0.005 and env["elapsed_s"] > 0
+    assert env["burst_min_s"] == BURST_MIN_S
+    assert "burst" in run["method"] and "after the last (x + the number of calls)" in run["method"]
 
 
 def test_each_device_is_compared_with_its_peers_by_the_straggler_rule(run):
@@ -108,6 +116,7 @@ def test_device_subset_and_csv():
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
     assert [(r["device"], r["size_bytes"]) for r in rows] == [("cpu:1", str(4 * MIB)), ("cpu:3", str(4 * MIB))]
     assert all(float(r["gbps"]) > 0 and r["verified"] == "True" for r in rows)
+    assert all(int(r["calls_per_sample"]) >= MIN_CALLS and float(r["call_overhead_s"]) >= 0 for r in rows)
 
 
 def test_table_names_the_roof_and_the_rule():
@@ -117,6 +126,7 @@ def test_table_names_the_roof_and_the_rule():
     assert "devctl bench memory" in out and "Per device: best median GB/s" in out
     assert "Roof, memory: none; no published peak for a CPU device" in out
     assert "Rule: a device is a straggler" in out
+    assert "Per call: launch + sync " in out and "not in the figures above" in out
 
 
 def test_a_size_the_machine_cannot_hold_is_skipped_with_a_note():
@@ -161,3 +171,81 @@ def test_json_is_one_document():
     proc = run_devctl("bench", "memory", "--sizes", "1M", "--repeats", "3", "--min-time", "0", "--device", "0", "--json", env=cpu_env())
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["schema"] == "devctl.bench.memory/1"
+
+
+# ---- bursts: how a sample is built, and that its calls all ran ------------------------------------------------
+
+
+_BURSTS = r"""
+import json, jax
+from devctl.probe.bench_memory import Copy
+from devctl.probe.chip import burst
+copy = Copy(jax, jax.devices()[1], 1 << 16)
+pointers = {b.unsafe_buffer_pointer() for b in copy.bufs}
+first = copy.every_call_ran()
+burst(copy, 7)
+burst(copy, 3)
+out = {"first": first, "calls": copy.calls, "ran": copy.every_call_ran(), "in_place": copy.in_place,
+       "max_burst": copy.max_burst, "same_buffers": {b.unsafe_buffer_pointer() for b in copy.bufs} == pointers,
+       "on": copy.bufs[0].devices() == {jax.devices()[1]} and copy.bufs[1].devices() == {jax.devices()[1]}}
+copy.calls += 1  # as if a call had been skipped (or two merged into one): the array is one short
+out["one_short"] = copy.every_call_ran()
+print(json.dumps(out))
+"""
+
+
+def test_the_calls_of_a_burst_each_read_the_last_result_and_all_ran():
+    """A burst on a real CPU device: 1 + 7 + 3 calls leave x + 11 in the array, in the same two buffers (each call
+    read what the one before wrote, into the donated other), on the device asked; one call fewer than counted is
+    caught."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _BURSTS], env=cpu_env(2), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["first"] is True and out["calls"] == 11 and out["ran"] is True
+    assert out["in_place"] is True and out["max_burst"] is None and out["same_buffers"] is True
+    assert out["on"] is True
+    assert out["one_short"] is False
+
+
+def test_the_burst_length_is_calibrated_to_the_target():
+    """K: the first length tried whose burst lasts the target, growing from MIN_CALLS by what the last burst took
+    (at least 2x, at most 16x a try), never past the limit. Fake bursts: no wall time involved."""
+    from devctl.probe.chip import choose_calls
+
+    def calls_for(per_call_s: float, limit: int = MAX_CALLS) -> tuple[int, list[int]]:
+        tried: list[int] = []
+
+        def run(k: int) -> float:
+            tried.append(k)
+            return k * per_call_s
+
+        return choose_calls(run, limit, target_s=0.02), tried
+
+    assert calls_for(0.03) == (2, [2])  # a call past the target: a burst of two, no shorter
+    assert calls_for(0.004) == (6, [2, 6])  # 2 calls 8 ms: aim at 20 ms (x 1.2): 6 calls, 24 ms
+    k, tried = calls_for(1e-4)  # 2 calls 0.2 ms: 16x at most, then aimed
+    assert tried == [2, 32, 240] and k == 240 and k * 1e-4 >= 0.02
+    assert calls_for(1e-7) == (MAX_CALLS, [2, 32, 512, MAX_CALLS])  # the host's dispatch, not the chip: capped
+    assert calls_for(0.0) == (MAX_CALLS, [2, 32, 512, MAX_CALLS])  # no measurable time (a clock too coarse)
+    assert calls_for(1e-4, limit=2) == (2, [2])  # a backend that ignored a donation: two calls at most
+
+
+def test_a_cell_s_figures_are_per_call_and_its_overhead_is_paired_and_never_negative():
+    from devctl.probe.chip import Timing, burst_limit
+
+    t = Timing(10, per_call=[1.0e-3, 1.1e-3, 0.9e-3], single=[1.3e-3, 1.3e-3, 1.2e-3], extra=[0.3e-3, 0.2e-3, 0.3e-3])
+    st = t.stats()
+    assert st["calls_per_sample"] == 10 and st["median_s"] == pytest.approx(1.0e-3) and st["min_s"] == pytest.approx(0.9e-3)
+    assert st["single_call_s"] == pytest.approx(1.3e-3) and st["call_overhead_s"] == pytest.approx(0.3e-3)
+    # Single calls no slower than a burst's (a long call on a noisy machine): 0, not a negative cost.
+    assert Timing(2, [5e-3], [4.9e-3], [-0.1e-3]).stats()["call_overhead_s"] == 0
+    assert Timing(2).stats()["median_s"] is None and Timing(2).stats()["call_overhead_s"] is None
+    assert burst_limit(object()) == MAX_CALLS
+    # Single calls: the first 3 always, then while they add at most a quarter to the bursts' time, 50 at most.
+    long = Timing(2, single=[0.02] * 3)
+    assert not long.wants_single(0.2) and long.wants_single(0.24)
+    assert Timing(2).wants_single(0.0) and not Timing(500, single=[1e-4] * 50).wants_single(100.0)
+    assert burst_limit(type("NoDonation", (), {"max_burst": MIN_CALLS})()) == MIN_CALLS

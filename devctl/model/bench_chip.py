@@ -21,6 +21,8 @@ DEFAULT_WARMUPS = 2
 QUICK_REPEATS = 5  # the straggler rule compares fastest calls: a few more give each device a quiet moment
 QUICK_MIN_TIME_S = 0.02
 QUICK_WARMUPS = 1
+# How long a sample's burst of calls is calibrated to last: one launch + host sync (~0.2 ms on an H200) is then 1%.
+BURST_MIN_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class _ChipEnvironmentRequired(TypedDict):
     min_time_s: Annotated[float, json_schema(minimum=0)]
     warmups: Annotated[int, json_schema(minimum=0)]
     quick: bool
+    burst_min_s: Annotated[float, json_schema(minimum=0)]  # how long a sample's burst of calls is calibrated to last
     sweep_note: str | None  # sizes left out of the default sweep, and why
     devctl: str  # devctl's version
     child_elapsed_s: Annotated[float | None, json_schema(minimum=0)]  # the probe child's own wall time

@@ -10,7 +10,7 @@ from typing import Literal, get_args
 
 from devctl.model import json_schema
 from devctl.model.bench import BenchDevice
-from devctl.model.bench_chip import ChipEnvironment, ChipOptions, Comparison
+from devctl.model.bench_chip import BURST_MIN_S, ChipEnvironment, ChipOptions, Comparison
 from devctl.model.gate import BenchGate, Figure
 
 SCHEMA = "devctl.bench.matmul/1"
@@ -54,21 +54,29 @@ class MatmulOptions(ChipOptions):
 
 @dataclass(frozen=True)
 class MatmulCell:
-    """One device, one dtype, one size: C = A @ B with A and B square, timed call by call."""
+    """One device, one dtype, one size: C = A @ B with A and B square, timed in bursts of calls (figures per call)."""
 
     device: str  # "cpu:0", "cuda:3"
     dtype: str = field(metadata=json_schema(enum=DTYPES))
     n: int = field(metadata=json_schema(minimum=1))  # the matrices' side
     precision: str  # jax.lax.Precision of the dot: HIGHEST for f32 (full FP32 math), DEFAULT for bf16
     flops: int = field(metadata=json_schema(minimum=1))  # per call: 2 n^3
-    samples: int = field(default=0, metadata=json_schema(minimum=0))
-    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    samples: int = field(default=0, metadata=json_schema(minimum=0))  # bursts timed; each gives one time per call (its wall time / calls_per_sample)
+    # Calls dispatched back to back per sample, then one block_until_ready on the last; calibrated per device and
+    # cell so that a burst lasts the environment's burst_min_s. None: nothing timed.
+    calls_per_sample: int | None = field(default=None, metadata=json_schema(minimum=1))
+    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # seconds per call, min ... max over the samples
     p10_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     median_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     p90_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     max_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     mean_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     cv: float | None = field(default=None, metadata=json_schema(minimum=0))  # coefficient of variation of the samples
+    single_call_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # median of one call + block_until_ready, timed alone
+    # Launch + host synchronisation per call: the median over the rounds of a call timed alone less the time per
+    # call of the burst right after it, 0 where the single calls were no slower. A step that waits for its result
+    # pays it; tflops leaves it out.
+    call_overhead_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     tflops: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # flops / median, in 10^12 per second
     peak_tflops: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # from the fastest sample
     roof_tflops: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # the device kind's published dense peak for this dtype
@@ -102,6 +110,8 @@ def gate_figure(c: MatmulCell) -> Figure:
 
 
 METHOD = (
-    "C = A @ B, square, on one device, jitted and compiled once (f32 at Precision.HIGHEST, bf16 at DEFAULT); untimed "
-    "warm-ups; the devices take turns call by call; each timed call ends in block_until_ready; 2 n^3 flops per call; sampled rows of C are checked once per cell"
+    "C = A @ B, square, on one device, jitted and compiled once (f32 at Precision.HIGHEST, bf16 at DEFAULT), each call "
+    "writing C into the buffer the call before wrote; untimed warm-ups; a sample is a burst of calls dispatched back to "
+    f"back and one block_until_ready, calibrated to last {BURST_MIN_S * 1e3:g} ms, figures per call; the devices take "
+    "turns burst by burst; 2 n^3 flops per call; sampled rows of C are checked after the first call and after the last"
 )

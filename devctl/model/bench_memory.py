@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from devctl.model import json_schema
 from devctl.model.bench import BenchDevice
-from devctl.model.bench_chip import GIB, MIB, ChipEnvironment, ChipOptions, Comparison
+from devctl.model.bench_chip import BURST_MIN_S, GIB, MIB, ChipEnvironment, ChipOptions, Comparison
 from devctl.model.gate import BenchGate, Figure
 from devctl.units import format_size_short
 
@@ -39,19 +39,27 @@ class MemoryOptions(ChipOptions):
 
 @dataclass(frozen=True)
 class MemoryCell:
-    """One device at one size: y = x + 1 over a uint32 array, timed call by call."""
+    """One device at one size: y = x + 1 over a uint32 array, timed in bursts of calls (figures per call)."""
 
     device: str  # "cpu:0", "cuda:3"
     size_bytes: int = field(metadata=json_schema(minimum=1))  # the array copied
     bytes_moved: int | None = field(default=None, metadata=json_schema(minimum=0))  # read plus written per call: 2 x size_bytes
-    samples: int = field(default=0, metadata=json_schema(minimum=0))
-    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))
+    samples: int = field(default=0, metadata=json_schema(minimum=0))  # bursts timed; each gives one time per call (its wall time / calls_per_sample)
+    # Calls dispatched back to back per sample, then one block_until_ready on the last; calibrated per device and
+    # cell so that a burst lasts the environment's burst_min_s. None: nothing timed.
+    calls_per_sample: int | None = field(default=None, metadata=json_schema(minimum=1))
+    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # seconds per call, min ... max over the samples
     p10_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     median_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     p90_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     max_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     mean_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     cv: float | None = field(default=None, metadata=json_schema(minimum=0))  # coefficient of variation of the samples
+    single_call_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # median of one call + block_until_ready, timed alone
+    # Launch + host synchronisation per call: the median over the rounds of a call timed alone less the time per
+    # call of the burst right after it, 0 where the single calls were no slower. A step that waits for its result
+    # pays it; gbps leaves it out.
+    call_overhead_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # decimal GB/s of bytes_moved at the median
     peak_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # from the fastest sample
     roof_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # the device kind's published memory bandwidth
@@ -85,7 +93,9 @@ def gate_figure(c: MemoryCell) -> Figure:
 
 
 METHOD = (
-    "y = x + 1 over a uint32 array on one device, into a second buffer donated to the call (two buffers, ping-pong), "
-    "jitted and compiled once; untimed warm-ups; the devices take turns call by call; each timed call "
-    "ends in block_until_ready; bytes moved = size read + size written; the result is checked once per cell"
+    "y = x + 1 over a uint32 array on one device, into a second buffer donated to the call (two buffers, ping-pong: "
+    "each call reads what the one before wrote), jitted and compiled once; untimed warm-ups; a sample is a burst of "
+    f"calls dispatched back to back and one block_until_ready, calibrated to last {BURST_MIN_S * 1e3:g} ms, figures per "
+    "call; the devices take turns burst by burst; bytes moved = size read + size written; the result is checked "
+    "after the first call and after the last (x + the number of calls)"
 )

@@ -2,20 +2,33 @@
 flags name, the room a cell needs, the timing loop and the run's environment.
 
 Timing (reference/monitoring-and-transfer.md B.6): the function is compiled once before any timing; untimed
-warm-ups; every timed call ends in block_until_ready; no garbage collection inside a timed call; samples until
-both --repeats and --min-time are met (bounded in wall time and count); the devices measured at one size take
-turns call by call, so that a busy moment of the machine does not fall on one device alone.
+warm-ups; no garbage collection inside a timed stretch; samples until both --repeats and --min-time are met
+(bounded in wall time and count); the devices measured at one size take turns sample by sample, so that a busy
+moment of the machine does not fall on one device alone.
+
+A sample is a burst: K calls dispatched back to back, then one block_until_ready on the last, and the figure is
+the burst's wall time / K. One call followed by block_until_ready also times JAX's launch and the host's
+synchronisation (about 0.2 ms on an H200, where it read a 1 GiB copy 29% and a bf16 4096 matmul 44% low:
+reference/h200-observations.md section 2); nccl-tests, nvbandwidth and accelerator-microbenchmarks likewise time
+many iterations between two synchronisations. K is calibrated per device and cell so that a burst lasts
+BURST_MIN_S, which leaves one launch and sync a percent or less of it. Each call's result feeds the next (a
+recipe's callable arranges that: the copy reads the previous result, the matmul writes into it), so a call
+cannot start before the one before it has finished, on a backend that runs independent executions side by side
+as on one that queues them. One call + block_until_ready is timed apart in the rounds, and how much longer it
+takes than a call in a burst is reported as the per-call overhead: a step of a job pays it, the figures do not.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import os
 import platform
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from devctl.model.bench_chip import ChipOptions
+from devctl.model.bench_chip import BURST_MIN_S, ChipOptions
 from devctl.probe.channel import emit
 from devctl.probe.transfer_devices import device_free_bytes, device_name, dist_version
 from devctl.probe.transfer_measure import host_available_bytes, sample_stats
@@ -29,6 +42,13 @@ WALL_FACTOR = 4
 HEARTBEAT_S = 2.0
 # Of the host memory available, the share a CPU device's cell may take (the rest is the machine's).
 HOST_SHARE = 0.8
+# Every sample is a burst, so no figure holds a call's own synchronisation; above MAX_CALLS a call is so short
+# that the burst times the host's dispatch, whatever its length.
+MIN_CALLS, MAX_CALLS = 2, 1000
+# Single calls (call + block_until_ready) timed beside the bursts, one a round, for the per-call overhead: up to
+# SINGLE_SAMPLES, and past the first few only while they add at most SINGLE_SHARE to the bursts' time (where a call
+# is long, the launch is lost in its noise anyway, and a cell's time should go to its figure).
+SINGLE_SAMPLES, SINGLE_FIRST, SINGLE_SHARE = 50, 3, 0.25
 
 
 class UsageProblem(Exception):
@@ -90,7 +110,7 @@ def start(opts: ChipOptions) -> tuple[Any, Any, list, list] | int:
 
 def prepare_and_time(devices: list, need_bytes: int, what: str, make: Callable[[Any], Any], opts: ChipOptions) -> tuple[dict, dict, dict]:
     """Every device's callable made with `make(dev)` (or skipped, with why: no room for `need_bytes`, or making it
-    failed), then all timed taking turns; (made, samples, skipped), each by device name."""
+    failed), then all timed taking turns; (made, timings, skipped), each by device name."""
     ready: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     for dev in devices:
@@ -106,11 +126,11 @@ def prepare_and_time(devices: list, need_bytes: int, what: str, make: Callable[[
         except Exception as e:  # an out-of-memory or a backend refusal costs this device's cell, not the run
             skipped[device_name(dev)] = failure_note(e)
     try:
-        samples = time_interleaved(dict(ready), opts) if ready else {}
+        timings = time_interleaved(dict(ready), opts) if ready else {}
     except Exception as e:
         skipped.update(dict.fromkeys(ready, failure_note(e)))
-        samples = {}
-    return ready, samples, skipped
+        timings = {}
+    return ready, timings, skipped
 
 
 def room_problem(dev, need_bytes: int, what: str) -> str | None:
@@ -134,13 +154,86 @@ def failure_note(e: BaseException) -> str:
     return f"failed: {type(e).__name__}: {first}"
 
 
-def time_interleaved(calls: dict[str, Callable[[], Any]], opts: ChipOptions) -> dict[str, list[float]]:
-    """Seconds per call of each device's `call` (which must return an array), each ended by block_until_ready.
+@dataclass
+class Timing:
+    """One device's timing of one cell: seconds per call of every burst, and of single calls timed alone."""
 
-    The devices take turns, one call each per round (the first of the round rotating): whatever else the machine
-    is doing at a moment slows every device alike, so a device is named a straggler for being slow, not for being
-    measured while another job ran. Each device gets --warmups untimed calls first; rounds go on until every
-    device has --repeats samples and --min-time of timed calls (or MAX_SAMPLES, or the wall-clock cap).
+    calls_per_sample: int  # K: calls dispatched back to back per sample, then one block_until_ready
+    per_call: list[float] = field(default_factory=list)  # per sample: the burst's wall time / K
+    single: list[float] = field(default_factory=list)  # one call + block_until_ready each
+    extra: list[float] = field(default_factory=list)  # per single call: it, less the time per call of the burst after it
+
+    def wants_single(self, burst_s: float) -> bool:
+        """Whether this round times a single call too, the bursts so far having taken `burst_s`."""
+        if len(self.single) >= SINGLE_SAMPLES:
+            return False
+        return len(self.single) < SINGLE_FIRST or sum(self.single) <= SINGLE_SHARE * burst_s
+
+    def stats(self) -> dict:
+        """The cell's statistics (seconds per call, over the samples), K, the single call's median, and the per-call
+        overhead: the median of how much longer a call timed alone took than a call of the burst right after it
+        (paired, so that the machine's load, which changes from round to round, falls on both), 0 where the single
+        calls were no slower."""
+        st = sample_stats(self.per_call)
+        single = sample_stats(self.single)["median_s"]
+        extra = sample_stats(self.extra)["median_s"]
+        overhead = max(0.0, extra) if extra is not None else None
+        return {**st, "calls_per_sample": self.calls_per_sample, "single_call_s": single, "call_overhead_s": overhead}
+
+
+def burst(call: Callable[[], Any], calls: int) -> float:
+    """Wall seconds of `calls` calls dispatched back to back and one block_until_ready on the last."""
+    t0 = time.perf_counter_ns()
+    out: Any = None
+    for _ in range(calls):
+        out = call()
+    out.block_until_ready()
+    t1 = time.perf_counter_ns()
+    return (t1 - t0) / 1e9
+
+
+def single_call(call: Callable[[], Any]) -> float:
+    """Wall seconds of one call and block_until_ready: what a step that waits for its result pays."""
+    t0 = time.perf_counter_ns()
+    call().block_until_ready()
+    t1 = time.perf_counter_ns()
+    return (t1 - t0) / 1e9
+
+
+def burst_limit(call: Any) -> int:
+    """The most calls one burst of `call` may hold: MAX_CALLS, or fewer where the callable says (a backend that
+    ignored a donation allocates each call's result, and a long burst would hold many of them at once)."""
+    limit = getattr(call, "max_burst", None)
+    return max(MIN_CALLS, min(MAX_CALLS, limit)) if isinstance(limit, int) else MAX_CALLS
+
+
+def choose_calls(run_burst: Callable[[int], float], limit: int = MAX_CALLS, target_s: float = BURST_MIN_S) -> int:
+    """K: the first burst length tried whose burst (`run_burst(k)`, in seconds, untimed for the figures) lasts
+    `target_s`, or `limit`. From MIN_CALLS, each try aims at the target from the last burst's time per call (a
+    little past it), growing at least 2x and at most 16x (a short burst may have run inline and says little)."""
+    calls = min(MIN_CALLS, limit)
+    while True:
+        wall = run_burst(calls)
+        if wall >= target_s or calls >= limit:
+            return calls
+        aim = math.ceil(calls * target_s * 1.2 / wall) if wall > 0 else limit
+        calls = min(limit, max(2 * calls, min(16 * calls, aim)))
+
+
+def calibrate(call: Callable[[], Any]) -> int:
+    """K for `call` (its calibration bursts are untimed for the figures: warm-ups too)."""
+    return choose_calls(lambda calls: burst(call, calls), burst_limit(call))
+
+
+def time_interleaved(calls: dict[str, Callable[[], Any]], opts: ChipOptions) -> dict[str, Timing]:
+    """Each device's Timing of its `call` (which must return an array, and feed its result to the next call).
+
+    Each device gets --warmups untimed calls, then its burst length K is calibrated (choose_calls). The devices
+    take turns, one sample each per round (the first of the round rotating): whatever else the machine is doing at
+    a moment slows every device alike, so a device is named a straggler for being slow, not for being measured
+    while another job ran. A device's turn in a round is one burst, after one single call while
+    Timing.wants_single. Rounds go on until every device has --repeats samples and --min-time of timed bursts (or
+    MAX_SAMPLES, or the wall-clock cap).
     """
     for call in calls.values():
         for _ in range(opts.warmups):
@@ -151,36 +244,36 @@ def time_interleaved(calls: dict[str, Callable[[], Any]], opts: ChipOptions) -> 
                 break
     emit("tick", samples=0)
     names = list(calls)
-    samples: dict[str, list[float]] = {k: [] for k in names}
-    timed = dict.fromkeys(names, 0.0)
-    wall_start = last_beat = time.perf_counter()
-    wall_cap = opts.min_time_s * WALL_FACTOR * len(names)
     gc.collect()
-    gc.disable()  # a collection inside a timed call would be charged to the device
+    gc.disable()  # a collection inside a timed stretch would be charged to the device
     try:
+        timings = {}
+        for k in names:
+            timings[k] = Timing(calibrate(calls[k]))
+            emit("tick", samples=0)
+        timed = dict.fromkeys(names, 0.0)
+        wall_start = last_beat = time.perf_counter()
+        wall_cap = opts.min_time_s * WALL_FACTOR * len(names)
         for r in range(MAX_SAMPLES):
             first = r % len(names)
             for k in names[first:] + names[:first]:
-                t0 = time.perf_counter_ns()
-                out = calls[k]()
-                out.block_until_ready()
-                t1 = time.perf_counter_ns()
-                del out
-                samples[k].append((t1 - t0) / 1e9)
-                timed[k] += (t1 - t0) / 1e9
-            now = time.perf_counter()
-            if now - last_beat >= HEARTBEAT_S:
-                emit("tick", samples=r + 1)
-                last_beat = now
+                t = timings[k]
+                alone = single_call(calls[k]) if t.wants_single(timed[k]) else None
+                wall = burst(calls[k], t.calls_per_sample)
+                t.per_call.append(wall / t.calls_per_sample)
+                if alone is not None:
+                    t.single.append(alone)
+                    t.extra.append(alone - t.per_call[-1])
+                timed[k] += wall
+                now = time.perf_counter()
+                if now - last_beat >= HEARTBEAT_S:  # after each device's turn: a turn is three calls at least
+                    emit("tick", samples=r + 1)
+                    last_beat = now
             if r + 1 >= opts.repeats and (min(timed.values()) >= opts.min_time_s or now - wall_start >= wall_cap):
                 break
     finally:
         gc.enable()
-    return samples
-
-
-def stats(samples: list[float]) -> dict:
-    return sample_stats(samples)
+    return timings
 
 
 def environment(jax, np, local: list, opts: ChipOptions, sweep_note: str | None) -> dict:
@@ -205,5 +298,6 @@ def environment(jax, np, local: list, opts: ChipOptions, sweep_note: str | None)
         "min_time_s": opts.min_time_s,
         "warmups": opts.warmups,
         "quick": opts.quick,
+        "burst_min_s": BURST_MIN_S,
         "sweep_note": sweep_note,
     }

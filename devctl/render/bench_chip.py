@@ -3,7 +3,7 @@ figure against its roof and its peers), the straggler and roof lines, and the pr
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Iterable
 
 from devctl.model.bench_chip import Comparison
 from devctl.units import digits, figure, format_seconds
@@ -74,3 +74,15 @@ def comparison_lines(comp: Comparison, what: str) -> list[str]:
     return lines
 
 
+def overhead_line(cells: Iterable[Any]) -> str | None:
+    """One line: how much longer one call timed alone took than a call in a burst (JAX's launch and the host's
+    sync), which the figures leave out and a step that waits for its result pays; the median over the cells, and
+    their range. None: nothing timed."""
+    import statistics
+
+    values = sorted(c.call_overhead_s for c in cells if getattr(c, "call_overhead_s", None) is not None)
+    if not values:
+        return None
+    low, high = f"{values[0] * 1e3:.2f}", f"{values[-1] * 1e3:.2f}"
+    spread = f" (cells {low} – {high})" if low != high else ""
+    return f"Per call: launch + sync {statistics.median(values) * 1e3:.2f} ms{spread}, not in the figures above"

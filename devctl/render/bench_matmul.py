@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.bench_matmul import MatmulReport
-from devctl.render.bench_chip import comparison_lines, comparison_table, pct, spread
+from devctl.render.bench_chip import comparison_lines, comparison_table, overhead_line, pct, spread
 from devctl.units import figure, format_seconds
 
 
@@ -44,6 +44,9 @@ def summary_lines(report: MatmulReport) -> list[str]:
     for comp in report.comparisons:
         lines += comparison_lines(comp, f"matmul {comp.metric}")
     lines = _rule_once(lines)
+    overhead = overhead_line(report.results)
+    if overhead:
+        lines.append(overhead)
     note = report.environment.get("sweep_note")
     if note:
         lines.append(f"Note: {note}")
@@ -61,12 +64,14 @@ def _rule_once(lines: list[str]) -> list[str]:
 
 
 def csv_rows(report: MatmulReport) -> tuple[list[str], list[list[Any]]]:
-    header = ["device", "dtype", "n", "precision", "flops", "samples", "min_s", "median_s", "p10_s", "p90_s", "max_s",
-              "tflops", "peak_tflops", "roof_tflops", "pct_of_roof", "verified", "straggler", "skipped", "note"]  # fmt: skip
+    header = ["device", "dtype", "n", "precision", "flops", "samples", "calls_per_sample", "min_s", "median_s", "p10_s",
+              "p90_s", "max_s", "single_call_s", "call_overhead_s", "tflops", "peak_tflops", "roof_tflops", "pct_of_roof",
+              "verified", "straggler", "skipped", "note"]  # fmt: skip
     slow = {(comp.metric, s.name) for comp in report.comparisons for s in comp.stragglers}
     rows = [
-        [c.device, c.dtype, c.n, c.precision, c.flops, c.samples, c.min_s, c.median_s, c.p10_s, c.p90_s, c.max_s,
-         c.tflops, c.peak_tflops, c.roof_tflops, c.pct_of_roof, c.verified, (c.dtype, c.device) in slow, c.skipped, c.note]  # fmt: skip
+        [c.device, c.dtype, c.n, c.precision, c.flops, c.samples, c.calls_per_sample, c.min_s, c.median_s, c.p10_s,
+         c.p90_s, c.max_s, c.single_call_s, c.call_overhead_s, c.tflops, c.peak_tflops, c.roof_tflops, c.pct_of_roof,
+         c.verified, (c.dtype, c.device) in slow, c.skipped, c.note]  # fmt: skip
         for c in report.results
     ]
     return header, rows

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.bench_memory import MemoryReport
-from devctl.render.bench_chip import comparison_lines, comparison_table, pct, spread
+from devctl.render.bench_chip import comparison_lines, comparison_table, overhead_line, pct, spread
 from devctl.units import figure, format_seconds, format_size_short
 
 
@@ -39,6 +39,9 @@ def memory_text(report: MemoryReport) -> None:
 
 def summary_lines(report: MemoryReport) -> list[str]:
     lines = comparison_lines(report.comparison, "memory")
+    overhead = overhead_line(report.results)
+    if overhead:
+        lines.append(overhead)
     note = report.environment.get("sweep_note")
     if note:
         lines.append(f"Note: {note}")
@@ -49,12 +52,14 @@ def summary_lines(report: MemoryReport) -> list[str]:
 
 
 def csv_rows(report: MemoryReport) -> tuple[list[str], list[list[Any]]]:
-    header = ["device", "size_bytes", "bytes_moved", "samples", "min_s", "median_s", "p10_s", "p90_s", "max_s", "gbps",
-              "peak_gbps", "roof_gbps", "pct_of_roof", "verified", "straggler", "skipped", "note"]  # fmt: skip
+    header = ["device", "size_bytes", "bytes_moved", "samples", "calls_per_sample", "min_s", "median_s", "p10_s", "p90_s",
+              "max_s", "single_call_s", "call_overhead_s", "gbps", "peak_gbps", "roof_gbps", "pct_of_roof", "verified",
+              "straggler", "skipped", "note"]  # fmt: skip
     slow = {s.name for s in report.comparison.stragglers}
     rows = [
-        [c.device, c.size_bytes, c.bytes_moved, c.samples, c.min_s, c.median_s, c.p10_s, c.p90_s, c.max_s, c.gbps,
-         c.peak_gbps, c.roof_gbps, c.pct_of_roof, c.verified, c.device in slow, c.skipped, c.note]  # fmt: skip
+        [c.device, c.size_bytes, c.bytes_moved, c.samples, c.calls_per_sample, c.min_s, c.median_s, c.p10_s, c.p90_s,
+         c.max_s, c.single_call_s, c.call_overhead_s, c.gbps, c.peak_gbps, c.roof_gbps, c.pct_of_roof, c.verified,
+         c.device in slow, c.skipped, c.note]  # fmt: skip
         for c in report.results
     ]
     return header, rows
