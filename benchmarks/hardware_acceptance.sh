@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Hardware acceptance: run every devctl command and the GPU tests on a real machine, and write one
-# Markdown report with each command's output, exit code and wall time.
+# Hardware acceptance: run every devctl command, the GPU tests and the self-judging acceptance run
+# (benchmarks/gpu_acceptance.py) on a real machine, and write one Markdown report with each command's
+# output, exit code and wall time.
 #
 #   bash benchmarks/hardware_acceptance.sh [REPORT.md]        # default: hardware-report.md
 #
@@ -106,6 +107,11 @@ run "python3 -m devctl doctor" "$CMD_TIMEOUT" "$PY" -m devctl doctor
 
 # The tests that need a real NVIDIA GPU (they skip elsewhere).
 run "python3 -m pytest -m gpu" "$PYTEST_TIMEOUT" "$PY" -m pytest -m gpu -rA -p no:cacheprovider
+
+# devctl's figures and verdicts beside ground truth measured on this machine, judged: one table, pass or fail
+# (benchmarks/gpu_acceptance.py: copy and matmul against JAX's own burst loop, pinned transfers, a second
+# process's real allocatable memory, a CUDA OOM post-mortem, a job publishing in the default directory, doctor).
+run "python3 benchmarks/gpu_acceptance.py" "${ACCEPTANCE_TIMEOUT:-600}" "$PY" benchmarks/gpu_acceptance.py
 
 T_END=$(now_ns)
 TOTAL_MS=$(((T_END - T_ALL) / 1000000))

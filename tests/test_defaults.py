@@ -182,6 +182,16 @@ def test_a_job_publishing_in_the_default_directory_is_seen_by_every_reader(who):
     _assert_the_job_is_seen_everywhere(report, f"/dev/shm/devctl-{uid}")
 
 
+@pytest.mark.gpu
+def test_a_gpu_job_publishing_in_the_default_directory_is_seen_by_every_reader():
+    """The same on a GPU: the job's arrays live on the GPU, and its post-mortem (a real CUDA RESOURCE_EXHAUSTED,
+    whose failed 4 TiB array exists from dispatch) holds the 8 MiB only."""
+    report = _run(os.geteuid())
+    _assert_the_job_is_seen_everywhere(report, f"/dev/shm/devctl-{os.geteuid()}")
+    snap = json.loads(report["memstats"]["stdout"])
+    assert [d["platform"] for d in snap["publishers"][0]["devices"]] == ["gpu"]
+
+
 @pytest.mark.slow
 def test_a_job_publishing_in_its_own_xdg_runtime_dir_is_seen(tmp_path):
     xdg = tmp_path / "run-user"

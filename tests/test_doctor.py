@@ -191,6 +191,21 @@ def test_doctor_on_a_real_gpu():
     assert proc.returncode == (1 if doc["findings"] else 0)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("platforms", [None, "cuda"])
+def test_doctor_with_the_gpus_hidden_speaks_with_one_voice(platforms):
+    """reference/h200-observations.md section 6: with CUDA_VISIBLE_DEVICES= the finding said to unset it while
+    "What JAX will use" said to reinstall or uninstall the CUDA plugin. The plugin is fine; the GPU is hidden."""
+    env = devctl_env(devices=1, CUDA_VISIBLE_DEVICES="")
+    if platforms:
+        env["JAX_PLATFORMS"] = platforms
+    doc = json.loads(run_devctl("doctor", "--json", env=env, timeout=300).stdout)
+    codes = {f["code"] for f in doc["findings"]}
+    assert "DEVCTL_FR_NO_VISIBLE_GPU" in codes, doc["findings"]
+    cuda_lines = [line for line in doc["overview"]["jax_will_use"] if line.startswith(("cuda", "xla_cuda"))]
+    assert cuda_lines and all("CUDA_VISIBLE_DEVICES" in line and "reinstall" not in line for line in cuda_lines), cuda_lines
+
+
 def test_every_finding_code_is_documented_and_every_advice_is_a_finding():
     import re
 

@@ -337,3 +337,35 @@ def test_distributed_top_gathers_every_processs_jobs_on_process_0(tmp_path):
     assert {(a["process_index"], a["pid"], a["array"]["nbytes"]) for a in biggest} == {(0, jobs[0].pid, 8 * MIB), (1, jobs[1].pid, 8 * MIB)}
     sites = {s["site"]: s for s in doc["sites"]}
     assert sites[site("big", "<module>")] == {"site": site("big", "<module>"), "jobs": 2, "arrays": 2, "nbytes": 16 * MIB}
+
+
+_CUDA_OOM_JOB = r"""
+import json, sys
+import jax, jax.numpy as jnp
+import devctl.publish
+
+holder = jnp.ones((2, 1024, 1024), jnp.float32)
+holder.block_until_ready()
+devctl.publish.publish(interval=0.2)
+print(json.dumps({"platform": jax.devices()[0].platform}), flush=True)
+jnp.zeros((1 << 42,), jnp.uint8).block_until_ready()
+"""
+
+
+@pytest.mark.gpu
+def test_a_cuda_out_of_memory_names_the_request_and_device_and_not_the_array_that_never_was(tmp_path, runtime):
+    """On the GPU, dispatch is asynchronous: the 4 TiB array object exists before its allocation fails, and
+    jax.live_arrays() lists it (reference/h200-observations.md section 5). The post-mortem must say what was asked,
+    on which device, and hold only the 8 MiB that existed."""
+    job = PublishingJob(tmp_path, runtime, _CUDA_OOM_JOB, devices=1)
+    _, err = job.proc.communicate(timeout=300)
+    assert job.first["platform"] == "gpu", job.first
+    assert job.proc.returncode == 1 and "RESOURCE_EXHAUSTED" in err, err
+    env = devctl_env(1, DEVCTL_RUNTIME_DIR=str(runtime))
+    doc = json.loads(run_devctl("memstats", "--postmortem", "--pid", str(job.pid), "--json", env=env).stdout)
+    validate_schema(doc, "memstats.postmortems")
+    (pm,) = doc["postmortems"]
+    assert pm["requested_bytes"] == 4398046511104 and pm["requested_device"] == "gpu:0", pm["error"]
+    assert pm["arrays"][0]["nbytes"] == 8 * MIB and pm["total_bytes"] < 9 * MIB, pm["arrays"]
+    proc = run_devctl("memstats", "--postmortem", "--pid", str(job.pid), env=env)
+    assert "asking for 4.0 TiB on gpu:0" in proc.stdout, proc.stdout

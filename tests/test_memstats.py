@@ -331,3 +331,47 @@ def test_gpu_driver_view_and_allocator_limit():
     assert all(d["driver"] and d["driver"]["total_bytes"] > 0 for d in gpus)
     assert all(d["bytes_limit"] and d["bytes_limit"] > 0 for d in gpus)
     assert doc["headroom"]["min_bytes"] is not None
+
+
+_HOLDER = "import sys, jax.numpy as jnp; jnp.ones(10).block_until_ready(); print('ready', flush=True); sys.stdin.readline()"
+# Tries to allocate the given numbers of bytes in turn, in one new process with JAX's defaults; prints what worked.
+_TRY = """
+import json, sys
+import jax.numpy as jnp
+got = {}
+for n in map(int, sys.argv[1:]):
+    try:
+        x = jnp.zeros((n,), jnp.uint8)
+        x.block_until_ready()
+        del x
+        got[n] = True
+    except Exception as e:
+        got[n] = "RESOURCE_EXHAUSTED" in str(e) and "oom"
+print(json.dumps(got))
+"""
+
+
+@pytest.mark.gpu
+def test_a_gpu_another_process_holds_is_usable_as_far_as_the_driver_has_memory_free():
+    """reference/h200-observations.md section 4: another process held 106 GiB of the 140 GiB; bytes_limit still said
+    104.9 GiB while a second process got about 30 GiB. Here a first process preallocates JAX's default share; what
+    memstats calls usable must be the driver's free, a new process must get most of it, and not 2 GiB more."""
+    env = devctl_env(1)
+    env.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)
+    env.pop("XLA_PYTHON_CLIENT_MEM_FRACTION", None)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        doc = run_json("memstats", env=env)
+        gpu = next(d for d in doc["devices"] if d["platform"] in ("cuda", "gpu"))
+        free = gpu["driver"]["free_bytes"]
+        assert gpu["usable_bound"] == "driver" and gpu["usable_bytes"] == free < gpu["bytes_limit"], gpu
+        assert gpu["in_use_source"] == "driver" and gpu["in_use_bytes"] == gpu["driver"]["used_bytes"]
+        assert doc["headroom"]["bound"] == "driver" and doc["headroom"]["min_bytes"] == free
+        most, more = int(free * 0.8), free + (2 << 30)
+        tried = subprocess.run([sys.executable, "-c", _TRY, str(most), str(more)], env=env, capture_output=True, text=True, timeout=300)
+        got = json.loads(tried.stdout.strip().splitlines()[-1])
+        assert got == {str(most): True, str(more): "oom"}, tried.stderr[-2000:]
+    finally:
+        holder.stdin.close()
+        holder.wait(60)

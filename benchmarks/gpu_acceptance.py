@@ -1,0 +1,349 @@
+"""GPU acceptance that judges itself: devctl's figures and verdicts beside ground truth measured here, one table.
+
+    PYTHONPATH=$PWD python3 benchmarks/gpu_acceptance.py [--json FILE] [--cpu]
+
+Each check runs devctl as a user does (`python -m devctl ...`, the checkout on PYTHONPATH) and measures what it
+claims another way, in a process of its own so no allocator is shared:
+
+- copy bandwidth at 1 GiB (`bench memory`) against JAX's own burst: 50 jitted `x + 1` calls dispatched, one sync;
+- bf16 matmul at 4096 and 8192 (`bench matmul`) against 20 calls dispatched, one sync;
+- pinned h2d and d2h at 1 GiB (`bench transfer`, its default variants) against device_put through pinned_host;
+- usable memory on a GPU another process holds (`memstats`, `check --min-memory`) against what a second process
+  really allocates (a search over array sizes);
+- a job publishing in the default directory (clean environment: no DEVCTL_*, no XDG_RUNTIME_DIR) seen by
+  `memstats`, `--top` and the exporter, then dying of a real CUDA RESOURCE_EXHAUSTED, and its post-mortem;
+- doctor with the GPUs hidden (CUDA_VISIBLE_DEVICES=): one voice.
+
+Figures agree when devctl is within TOLERANCE of the truth. Meant for a GPU machine with jax and its CUDA plugin
+installed and no network; it installs nothing and finishes in a few minutes (each step is bounded). `--cpu` runs
+what can run on a machine without a GPU (to try the script itself). Exit 0 when every check passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GIB = 1 << 30
+MIB = 1 << 20
+TOLERANCE = 0.10  # devctl's figure may differ from the truth by this share and agree
+STEP_TIMEOUT_S = 240
+
+# Ground truth, in a child of its own (argv: the copy's bytes, then the matmul sides): prints one JSON object.
+_TRUTH = r"""
+import json, statistics, sys, time
+import numpy as np
+import jax, jax.numpy as jnp
+dev = jax.devices()[0]
+out = {"platform": dev.platform, "device_kind": dev.device_kind}
+copy_bytes, sides = int(sys.argv[1]), [int(a) for a in sys.argv[2:]]
+
+def best(f, rounds=5):
+    return statistics.median(f() for _ in range(rounds))
+
+# Copy: y = x + 1 over uint32, each call fed the last one's output (nothing to elide), 50 calls then one sync.
+n = copy_bytes // 4
+step = jax.jit(lambda x: x + 1)  # as reference/h200-observations.md measured it: a GPU's allocator reuses the outputs
+x = jax.device_put(np.zeros(n, np.uint32), dev)
+x = step(x).block_until_ready()
+def burst(calls=50):
+    global x
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        x = step(x)
+    x.block_until_ready()
+    return (time.perf_counter() - t0) / calls
+per_call = best(burst)
+out["copy_gbps"] = 2 * n * 4 / per_call / 1e9
+del x
+
+# bf16 matmul: 20 calls dispatched, one sync on the last (the stream runs them in order).
+mm = jax.jit(lambda a, b: a @ b)
+for side in sides:
+    a = jax.device_put(np.random.default_rng(0).standard_normal((side, side), np.float32), dev).astype(jnp.bfloat16)
+    mm(a, a).block_until_ready()
+    def calls(k=20):
+        t0 = time.perf_counter()
+        for _ in range(k):
+            y = mm(a, a)
+        y.block_until_ready()
+        return (time.perf_counter() - t0) / k
+    out[f"bf16_{side}_tflops"] = 2 * side**3 / best(calls) / 1e12
+    del a
+
+# Pinned transfers at 1 GiB: device_put from an array already in pinned_host memory, and into it.
+if dev.platform != "cpu":
+    from jax.sharding import SingleDeviceSharding
+    host = np.ones(1 << 30, np.uint8)
+    pinned_s, device_s = SingleDeviceSharding(dev, memory_kind="pinned_host"), SingleDeviceSharding(dev, memory_kind="device")
+    pinned = jax.device_put(host, pinned_s).block_until_ready()
+    def h2d():
+        t0 = time.perf_counter()
+        jax.device_put(pinned, device_s).block_until_ready()
+        return time.perf_counter() - t0
+    on_device = jax.device_put(pinned, device_s).block_until_ready()
+    def d2h():
+        t0 = time.perf_counter()
+        jax.device_put(on_device, pinned_s).block_until_ready()
+        return time.perf_counter() - t0
+    h2d(), d2h()
+    out["pinned_h2d_1g_gbps"] = (1 << 30) / best(h2d) / 1e9
+    out["pinned_d2h_1g_gbps"] = (1 << 30) / best(d2h) / 1e9
+print(json.dumps(out))
+"""
+
+# Holds JAX's default share of the GPU (preallocation on) until its stdin closes.
+_HOLDER = "import sys, jax.numpy as jnp; jnp.ones(10).block_until_ready(); print('ready', flush=True); sys.stdin.read()"
+
+# What a new process with JAX's defaults really allocates: the largest array that works, to 256 MiB, searched.
+_ALLOCATABLE = r"""
+import json, sys
+import jax.numpy as jnp
+lo, hi = 0, int(sys.argv[1])
+tries = []
+while hi - lo > (256 << 20):
+    mid = (lo + hi) // 2
+    try:
+        x = jnp.zeros((mid,), jnp.uint8)
+        x.block_until_ready()
+        del x
+        lo = mid
+        tries.append([mid, True])
+    except Exception as e:
+        hi = mid
+        tries.append([mid, "RESOURCE_EXHAUSTED" in str(e)])
+print(json.dumps({"allocatable_bytes": lo, "tries": tries}))
+"""
+
+# A job that publishes with publish()'s defaults, holds 8 MiB, and on a line from stdin asks for 4 TiB.
+_JOB = r"""
+import json, os, sys
+import jax, jax.numpy as jnp
+from devctl.publish import publish
+pub = publish()
+holder = jnp.ones((2, 1024, 1024), jnp.float32)
+holder.block_until_ready()
+print(json.dumps({"pid": os.getpid(), "directory": pub.directory, "platform": jax.devices()[0].platform}), flush=True)
+sys.stdin.readline()
+jnp.zeros((1 << 42,), jnp.uint8).block_until_ready()
+"""
+
+
+class Acceptance:
+    def __init__(self, cpu: bool):
+        self.cpu = cpu
+        # The sizes devctl's own H200 figures were taken at; a CPU only tries the script, at sizes it finishes.
+        self.copy_bytes, self.sides = (64 * MIB, (256, 512)) if cpu else (GIB, (4096, 8192))
+        self.rows: list[dict] = []
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), NO_COLOR="1")
+        for name in ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_FLAGS", "JAX_PLATFORMS"):
+            self.env.pop(name, None)
+
+    # ---- plumbing ------------------------------------------------------------------------------------
+
+    def row(self, check: str, expected: str, measured: str, ok: bool | None, note: str = "") -> None:
+        """ok None: not judged here (no GPU)."""
+        self.rows.append({"check": check, "expected": expected, "measured": measured, "result": "skip" if ok is None else "PASS" if ok else "FAIL", "note": note})
+        print(f"[{self.rows[-1]['result']}] {check}: {measured}", file=sys.stderr, flush=True)
+
+    def devctl(self, *args: str, env: dict | None = None, timeout: float = STEP_TIMEOUT_S) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "devctl", *args], env=env or self.env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+    def devctl_json(self, *args: str, env: dict | None = None) -> dict:
+        proc = self.devctl(*args, "--json", env=env)
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            raise RuntimeError(f"devctl {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()[-400:]}") from None
+
+    def python(self, source: str, *args: str, env: dict | None = None, timeout: float = STEP_TIMEOUT_S) -> dict:
+        try:
+            proc = subprocess.run([sys.executable, "-c", source, *args], env=env or self.env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"no answer within {timeout:g} s") from None
+        if proc.returncode != 0:
+            raise RuntimeError(f"exit {proc.returncode}: {proc.stderr.strip()[-600:]}")
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    def step(self, name: str, fn) -> None:
+        started = time.monotonic()
+        try:
+            fn()
+        except Exception as e:  # a step that breaks is a failed row, and the others still run
+            self.row(name, "the step runs", f"{type(e).__name__}: {e}"[:300], False)
+        print(f"  ({name}: {time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
+
+    def agree(self, check: str, devctl_value: float | None, truth: float, unit: str) -> None:
+        if devctl_value is None:
+            self.row(check, f"within {TOLERANCE:.0%} of {_fig(truth)} {unit}", "devctl gave no figure", False)
+            return
+        delta = devctl_value / truth - 1
+        # On a CPU the loop's fresh outputs cost page faults, and figures swing 2x between processes: shown, not judged.
+        judged = None if self.cpu else abs(delta) <= TOLERANCE
+        self.row(check, f"within {TOLERANCE:.0%} of {_fig(truth)} {unit} (truth)", f"{_fig(devctl_value)} {unit} ({delta:+.1%})", judged)
+
+    # ---- the checks -------------------------------------------------------------------------------------
+
+    def figures(self) -> None:
+        truth = self.python(_TRUTH, str(self.copy_bytes), *map(str, self.sides), timeout=STEP_TIMEOUT_S)
+        if truth["platform"] != "gpu" and not self.cpu:
+            raise RuntimeError(f"JAX's default device is {truth['platform']}, not a GPU (use --cpu to try the script)")
+        size = f"{self.copy_bytes // MIB}M"
+        mem = self.devctl_json("bench", "memory", "--sizes", size, "--device", "0")
+        cell = next((c for c in mem["results"] if c["size_bytes"] == self.copy_bytes and not c["skipped"]), None)
+        self.agree(f"bench memory: copy at {size}", cell and cell["gbps"], truth["copy_gbps"], "GB/s")
+        if cell and cell.get("call_overhead_s") is not None:
+            self.row("bench memory: per-call overhead said apart", "reported", f"{cell['call_overhead_s'] * 1e3:.3f} ms per call, {cell['calls_per_sample']} calls a sample", True)
+        mm = self.devctl_json("bench", "matmul", "--dtype", "bf16", "--sizes", ",".join(map(str, self.sides)), "--device", "0")
+        for side in self.sides:
+            cell = next((c for c in mm["results"] if c["n"] == side and not c["skipped"]), None)
+            self.agree(f"bench matmul: bf16 {side}", cell and cell["tflops"], truth[f"bf16_{side}_tflops"], "TFLOP/s")
+        if "pinned_h2d_1g_gbps" not in truth:
+            self.row("bench transfer: pinned h2d/d2h", "-", "no pinned_host path on CPU", None)
+            return
+        tr = self.devctl_json("bench", "transfer", "--sizes", "1G", "--direction", "h2d,d2h")
+        for direction in ("h2d", "d2h"):
+            cell = next((c for c in tr["results"] if c["direction"] == direction and c["variant"] == "pinned" and c["size_bytes"] == GIB), None)
+            self.agree(f"bench transfer (default variants): pinned {direction} at 1 GiB", cell and cell["gbps"], truth[f"pinned_{direction}_1g_gbps"], "GB/s")
+            fastest = next((f for f in tr.get("fastest", []) if f["direction"] == direction), {})
+            self.row(f"bench transfer: {direction} verdict names the fast path", "pinned", str(fastest.get("variant")), fastest.get("variant") == "pinned")
+
+    def shared_gpu(self) -> None:
+        if self.cpu:
+            self.row("memstats: usable memory on a shared GPU", "-", "no GPU", None)
+            return
+        holder = subprocess.Popen([sys.executable, "-c", _HOLDER], env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            if holder.stdout.readline().strip() != "ready":
+                raise RuntimeError("the holding process did not start")
+            doc = self.devctl_json("memstats")
+            gpu = next(d for d in doc["devices"] if d["platform"] in ("gpu", "cuda"))
+            usable, limit, free = gpu["usable_bytes"], gpu["bytes_limit"], gpu["driver"]["free_bytes"]
+            got = self.python(_ALLOCATABLE, str(free + GIB))["allocatable_bytes"]
+            ratio = usable / got if got else float("inf")
+            self.row(
+                "memstats: usable on a GPU another process holds", "the driver's free; a second process gets 80-100% of it",
+                f"usable {usable / GIB:.1f} GiB (limit {limit / GIB:.1f}, free {free / GIB:.1f}); really allocatable {got / GIB:.1f} GiB",
+                gpu["usable_bound"] == "driver" and usable == free and 1.0 <= ratio <= 1.25,
+            )  # fmt: skip
+            self.row("memstats: headroom bound", "driver", str(doc["headroom"].get("bound")), doc["headroom"].get("bound") == "driver")
+            more = f"{(got + 4 * GIB) // MIB}MiB"
+            check = self.devctl_json("check", "--platform", "gpu", "--only", "memory", "--min-memory", more)
+            memory = next(c for c in check["checks"] if c["name"] == "memory")
+            self.row(f"check --min-memory {more}: a size no new process gets", "fail", f"{memory['status']}: {memory['message']}"[:200], memory["status"] == "fail")
+        finally:
+            holder.stdin.close()
+            holder.wait(60)
+
+    def default_directory_and_oom(self) -> None:
+        clean = {k: v for k, v in self.env.items() if not k.startswith("DEVCTL_") and k != "XDG_RUNTIME_DIR"}
+        job = subprocess.Popen([sys.executable, "-c", _JOB], env=clean, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            first = json.loads(job.stdout.readline() or "null")
+            if not first:
+                raise RuntimeError(f"the job did not start: {job.stderr.read()[-400:]}")
+            pid, uid = first["pid"], os.geteuid()
+            self.row("publish(): the default directory", f"/dev/shm/devctl-{uid} (no XDG_RUNTIME_DIR)", first["directory"], first["directory"] == f"/dev/shm/devctl-{uid}")
+            time.sleep(1.5)
+            snap = self.devctl_json("memstats", env=clean)
+            self.row("memstats sees the job", f"pid {pid}", str([p["pid"] for p in snap["publishers"]]), pid in [p["pid"] for p in snap["publishers"]])
+            top = self.devctl_json("memstats", "--pid", str(pid), "--top", "3", env=clean)
+            biggest = top["arrays"][0]["nbytes"] if top.get("arrays") else None
+            self.row("memstats --top answers", "8.0 MiB holder first", f"{biggest} bytes", biggest == 8 * MIB)
+            exp = self.devctl("exporter", "--once", env=clean)
+            series = [line for line in exp.stdout.splitlines() if line.startswith("devctl_job_live_array_bytes{") and f'pid="{pid}"' in line]
+            self.row("exporter: the job's series", "devctl_job_live_array_bytes for the pid", f"{len(series)} series", bool(series))
+            job.stdin.write("\n")
+            job.stdin.flush()
+            job.wait(STEP_TIMEOUT_S)
+            err = job.stderr.read()
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+        self.row("the job dies of RESOURCE_EXHAUSTED", "exit 1", f"exit {job.returncode}", job.returncode == 1 and "RESOURCE_EXHAUSTED" in err,
+                 err.strip().splitlines()[-1][:200] if err.strip() else "")  # fmt: skip
+        pms = [p for p in self.devctl_json("memstats", "--postmortem", env=clean)["postmortems"] if p["pid"] == pid]
+        if not pms:
+            self.row("post-mortem", "one, in the default directory", "none", False)
+            return
+        pm = pms[0]
+        want_device = None if first["platform"] == "cpu" else "gpu:0"
+        self.row("post-mortem: what was asked", f"4398046511104 bytes on {want_device}", f"{pm['requested_bytes']} bytes on {pm['requested_device']}",
+                 pm["requested_bytes"] == 4398046511104 and pm["requested_device"] == want_device)  # fmt: skip
+        self.row("post-mortem: what was held", "the 8.0 MiB holder, not the 4 TiB that never existed", f"{pm['total_bytes']} bytes in {pm['total_arrays']} arrays",
+                 pm["total_bytes"] < 9 * MIB and pm["arrays"][:1] and pm["arrays"][0]["nbytes"] == 8 * MIB)  # fmt: skip
+
+    def hidden_gpus(self) -> None:
+        if self.cpu:
+            self.row("doctor with CUDA_VISIBLE_DEVICES=", "-", "no GPU", None)
+            return
+        env = dict(self.env, CUDA_VISIBLE_DEVICES="")
+        doc = self.devctl_json("doctor", env=env)
+        codes = {f["code"] for f in doc["findings"]}
+        lines = [line for line in doc["overview"]["jax_will_use"] if line.startswith(("cuda", "xla_cuda"))]
+        one_voice = bool(lines) and all("CUDA_VISIBLE_DEVICES" in line and "reinstall" not in line for line in lines)
+        self.row("doctor, GPUs hidden: finding", "DEVCTL_FR_NO_VISIBLE_GPU", ", ".join(sorted(codes)) or "none", "DEVCTL_FR_NO_VISIBLE_GPU" in codes)
+        self.row("doctor, GPUs hidden: backend lines agree", "name CUDA_VISIBLE_DEVICES, no reinstall", " | ".join(lines)[:200] or "no CUDA line", one_voice)
+        truth = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"], env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+        listed = self.devctl_json("list", env=env)
+        predicted = (listed.get("jax_outcome") or {}).get("default_backend")
+        actual = truth.stdout.strip().splitlines()[-1] if truth.returncode == 0 and truth.stdout.strip() else f"exit {truth.returncode}"
+        self.row("list predicts jax.devices() with the GPUs hidden", f"JAX's own: {actual}", str(predicted), predicted == actual)
+
+    # ---- the report ----------------------------------------------------------------------------------------
+
+    def table(self) -> str:
+        head = ["check", "expected", "measured", "result"]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in self.rows:
+            lines.append("| " + " | ".join(str(r[h]).replace("|", "/") for h in head) + " |")
+        return "\n".join(lines)
+
+
+def _fig(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+
+
+def _machine() -> str:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        return f"{name}, {mem.total / GIB:.1f} GiB, driver {pynvml.nvmlSystemGetDriverVersion()}"
+    except Exception as e:  # noqa: BLE001 - no NVML: say so
+        return f"no NVML ({type(e).__name__})"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--cpu", action="store_true", help="run what can run without a GPU (to try the script)")
+    args = ap.parse_args()
+    started = time.monotonic()
+    acc = Acceptance(cpu=args.cpu)
+    acc.step("figures", acc.figures)
+    acc.step("shared GPU", acc.shared_gpu)
+    acc.step("default directory and OOM", acc.default_directory_and_oom)
+    acc.step("hidden GPUs", acc.hidden_gpus)
+    passed = sum(r["result"] == "PASS" for r in acc.rows)
+    failed = sum(r["result"] == "FAIL" for r in acc.rows)
+    print(f"# devctl GPU acceptance: {_machine()}; jax from {sys.executable}")
+    print(f"{passed} pass, {failed} fail, {len(acc.rows) - passed - failed} skip in {time.monotonic() - started:.0f} s; tolerance {TOLERANCE:.0%}\n")
+    print(acc.table())
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": acc.rows, "machine": _machine(), "elapsed_s": time.monotonic() - started}, indent=1))
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
