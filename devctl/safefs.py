@@ -122,7 +122,8 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, *, sync: bool = True
     replaced rather than followed, and on any failure the old file is left untouched (OSError raised).
     `sync=False` skips the fsync: for a file rewritten every second whose loss in a power cut costs nothing."""
     check_writable(path)
-    directory = os.path.dirname(os.path.abspath(path)) or "."
+    directory = _resolved_directory(path)
+    target = os.path.join(directory, os.path.basename(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
         try:
@@ -134,7 +135,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, *, sync: bool = True
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -173,10 +174,16 @@ def check_writable(path: str) -> None:
             st = None  # a dangling link: replaced like any link
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise UnsafeFile(errno.EINVAL, f"is not a regular file ({file_kind(st.st_mode)}); give the path of a file to write", path)
-    if in_system_tree(os.path.realpath(os.path.dirname(os.path.abspath(path)))):
+    if in_system_tree(_resolved_directory(path)):
         # /dev/stdout is a link to a regular file when stdout is redirected to one: renaming over it would
         # replace the system's link, not write to stdout.
         raise UnsafeFile(errno.EINVAL, "is in /dev, /proc or /sys, where devctl writes nothing (of /dev, only /dev/shm)", path)
+
+
+def _resolved_directory(path: str) -> str:
+    """The directory `path` names, resolved as the kernel does: every link followed before the `..` after it
+    (os.path.abspath would drop `link/..` as text, and `l/../stdout` with `l -> /dev/pts` is /dev/stdout)."""
+    return os.path.realpath(os.path.dirname(path) or ".")
 
 
 def in_system_tree(directory: str) -> bool:

@@ -79,6 +79,18 @@ def test_dev_shm_takes_files_and_a_link_from_it_into_dev_does_not(tmp_path):
         os.rmdir(shm)
 
 
+def test_dot_dot_after_a_link_is_resolved_as_the_kernel_does(tmp_path):
+    """`l/../stdout` with `l -> /dev/pts` is /dev/stdout to the kernel, whatever the text says."""
+    (tmp_path / "l").symlink_to("/dev/pts")
+    with pytest.raises(safefs.UnsafeFile, match="/dev, /proc or /sys"):
+        safefs.check_writable(str(tmp_path / "l" / ".." / "devctl-test-new"))
+    (tmp_path / "d").mkdir()
+    (tmp_path / "m").symlink_to(tmp_path / "d" / "sub", target_is_directory=True)
+    (tmp_path / "d" / "sub").mkdir()
+    safefs.write_atomic(str(tmp_path / "m" / ".." / "out.txt"), b"x")  # m/.. is d, not tmp_path
+    assert (tmp_path / "d" / "out.txt").read_bytes() == b"x" and not (tmp_path / "out.txt").exists()
+
+
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
     old = tmp_path / "report.xml"
     old.write_text("old report")
