@@ -152,13 +152,15 @@ def test_publisher_schema_refuses_what_the_reader_refuses():
         "hostname": "node-1", "timestamp": 1700000000.0, "interval_s": 1.0, "jax_version": "0.10.2",
         "jaxlib_version": "0.10.2", "backend_initialized": True,
         "devices": [{"id": 0, "platform": "gpu", "device_kind": "H100", "process_index": 0, "live_bytes": 10,
-                     "live_arrays": 1, "memory_stats": {"bytes_in_use": 5, "bytes_limit": None}, "memory_stats_error": None}],
+                     "live_arrays": 1, "memory_stats": {"bytes_in_use": 5, "bytes_limit": None}, "memory_stats_error": None,
+                     "pci_bus_id": "00000000:18:00.0"}],
         "largest_arrays": [{"shape": [2, 5], "dtype": "uint8", "nbytes": 10, "local_bytes": 10, "devices": [0]}],
         "snapshot_s": 0.001, "error": None,
     }  # fmt: skip
     validate_schema(good, "publisher")
     parse_snapshot(good)
-    for bad in ({"pid": 0}, {"interval_s": 0}, {"devices": [{**good["devices"][0], "live_bytes": -1}]}):
+    for bad in ({"pid": 0}, {"interval_s": 0}, {"devices": [{**good["devices"][0], "live_bytes": -1}]},
+                {"devices": [{**good["devices"][0], "pci_bus_id": "../etc"}]}):
         doc = {**good, **bad}
         with pytest.raises(jsonschema.ValidationError):
             validate_schema(doc, "publisher")

@@ -142,3 +142,43 @@ def test_the_exporters_headroom_is_the_same_figure():
     assert exporter._usable([], nvml_answered=False) == []  # no driver answer this scrape: no figure, not the allocator's alone
     (headroom,) = _headroom([free, *usable])
     assert (headroom.labels, headroom.value) == ({"where": "gpu:0"}, 36_940_414_976.0)
+
+
+def test_a_jobs_device_is_the_machines_gpu_of_its_pci_bus_id():
+    """Eight jobs, each given one GPU with CUDA_VISIBLE_DEVICES, all call theirs gpu:0; a multi-host job's local
+    GPUs are gpu:8-15. The PCI bus id the job publishes says which of this machine's GPUs each is."""
+    from devctl.collect.memstats import MachineKeys, _jobs_by_device
+    from devctl.model.list_ import DeviceInfo
+    from devctl.model.publishers import PublishedDevice
+
+    machine = MachineKeys([
+        DeviceInfo(i, "gpu", "NVIDIA H100 80GB HBM3", 0, attributes={"pci_bus_id": bus})
+        for i, bus in enumerate(("0000:18:00.0", "0000:2a:00.0"))
+    ])  # fmt: skip
+
+    def job(id: int, bus: str | None) -> PublishedDevice:
+        return PublishedDevice(id, "gpu", "NVIDIA H100 80GB HBM3", 0, 1 << 30, 3, None, pci_bus_id=bus)
+
+    assert machine.key(job(0, "00000000:2A:00.0")) == "gpu:1"  # the driver's spelling: 8-digit domain, upper case
+    assert machine.key(job(9, "0000:18:00.0")) == "gpu:0"
+    assert machine.key(job(1, None)) == "gpu:1"  # no bus id (not a GPU, an older publisher): its own name
+    assert machine.key(job(5, "0000:99:00.0")) == "gpu:5"  # a GPU this machine's JAX does not see
+    publishers = SimpleNamespace(publishers=[SimpleNamespace(devices=[job(0, "0000:18:00.0")]), SimpleNamespace(devices=[job(0, "0000:2a:00.0")])])
+    assert {k: len(v) for k, v in _jobs_by_device(publishers, machine).items()} == {"gpu:0": 1, "gpu:1": 1}
+
+
+def test_a_published_pci_bus_id_is_read_only_when_it_is_one():
+    from devctl.discovery.snapshot_format import decode_snapshot
+    from devctl.model.publishers import SCHEMA
+
+    def doc(bus) -> bytes:
+        device = {"id": 0, "platform": "gpu", "device_kind": "NVIDIA H200", "process_index": 0, "live_bytes": 0, "live_arrays": 0,
+                  "memory_stats": None, "pci_bus_id": bus}  # fmt: skip
+        return json.dumps({"schema": SCHEMA, "pid": os.getpid(), "command": ["python"], "hostname": "h", "timestamp": time.time(),
+                           "interval_s": 1.0, "devices": [device], "largest_arrays": [], "error": None}).encode()  # fmt: skip
+
+    snap, _ = decode_snapshot(doc("00000000:06:00.0"), path="p", now=time.time())
+    assert snap is not None and snap.devices[0].pci_bus_id == "00000000:06:00.0"
+    for bad in ("../../etc", "\x1b[31m", 6, "0000:06:00.9"):
+        snap, reason = decode_snapshot(doc(bad), path="p", now=time.time())
+        assert snap is None and "pci_bus_id" in (reason or ""), (bad, reason)

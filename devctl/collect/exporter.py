@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from typing import AbstractSet, Any, Callable
 
 from devctl.hostroot import HostRoot
 from devctl.model.exporter import Collection, Sample, SourceResult
@@ -36,19 +36,22 @@ class Exporter:
         self.per_process = per_process
         self.probe_timeout_s = probe_timeout_s
         self.probed: list[Any] = []  # the probe's MemDevices (source "jax"): what a new process gets
+        self.machine: Any = None  # collect.memstats.MachineKeys: a job's device as this machine's device key
         self.probe_error: str | None = None
         self.versions: dict[str, str] = {}
         self._running: dict[str, _Call] = {}
 
     def start(self) -> None:
         """Probe JAX once (the child exits) and read the versions; a bad --publisher-dir is bad input here."""
-        from devctl.collect.memstats import MemstatsSampler
+        from devctl.collect.memstats import MachineKeys, MemstatsSampler
         from devctl.errors import DevctlError, InputRejected
 
         sampler = MemstatsSampler(device_filter=None, timeout_s=self.probe_timeout_s, host_root=self.root.root, publisher_dir=self.publisher_dir)
+        self.machine = MachineKeys([])
         try:
             snapshot = sampler.first()
             self.probed = [d for d in snapshot.devices if d.source == "jax"]
+            self.machine = MachineKeys(sampler.probe.devices if sampler.probe else [])
         except InputRejected:  # bad input (an unsafe snapshot directory named): exit 2
             raise
         except DevctlError as e:  # the probe failed: said by devctl_collect_success{source="probe"}, the rest goes on
@@ -89,7 +92,7 @@ class Exporter:
         out.sources["probe"] = SourceResult(self.probe_error is None, 0.0, self.probe_error)
         out.samples.append(Sample("devctl", self.versions, 1.0))
         out.sources["versions"] = SourceResult(True, 0.0)
-        out.samples.extend(_headroom(out.samples))
+        out.samples.extend(_headroom(out.samples, gpus={d.key for d in self.probed if d.driver is not None}))
         return out
 
     # ---- the sources ----------------------------------------------------------------------------
@@ -105,7 +108,7 @@ class Exporter:
             if p.age_s is not None:
                 samples.append(Sample("devctl_job_snapshot_age_seconds", job, max(p.age_s, 0.0)))
             for d in p.devices:
-                labels = {**job, "process_index": str(d.process_index), "device": f"{d.platform}:{d.id}",
+                labels = {**job, "process_index": str(d.process_index), "device": self.machine.key(d) if self.machine else f"{d.platform}:{d.id}",
                           "platform": d.platform, "device_kind": printable(d.device_kind, 120)}  # fmt: skip
                 for metric, key in _JOB_STATS.items():
                     value = (d.memory_stats or {}).get(key)
@@ -252,9 +255,10 @@ def _command(command: str | None) -> str:
     return printable(command or "?", JOB_LABEL_CHARS)
 
 
-def _headroom(samples: list[Sample]) -> list[Sample]:
+def _headroom(samples: list[Sample], gpus: AbstractSet[str] = frozenset()) -> list[Sample]:
     """The least memory a new JAX process (a device's usable memory) or a running job (its limit less its peak,
-    bounded by the driver's free memory) can still get, and where: `devctl memstats`' headroom."""
+    bounded by the driver's free memory) can still get, and where: `devctl memstats`' headroom. A job on a GPU
+    (`gpus`) whose driver did not answer this scrape has no figure, as the device has none."""
     free = {s.labels["device"]: int(s.value) for s in samples if s.name == "devctl_gpu_memory_free_bytes" and s.labels.get("device")}
     jobs: dict[tuple[str, str], dict[str, int | None]] = {}
     room: dict[str, float] = {}
@@ -264,6 +268,8 @@ def _headroom(samples: list[Sample]) -> list[Sample]:
         elif (key := _JOB_STATS.get(s.name)) is not None:
             jobs.setdefault((s.labels["pid"], s.labels["device"]), {})[key] = int(s.value)
     for (pid, device), stats in jobs.items():
+        if device in gpus and device not in free:
+            continue
         held = job_headroom_bytes(stats, free.get(device))
         if held is not None:
             room[f"{device} (pid {pid})"] = float(held)

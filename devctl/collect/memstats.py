@@ -81,11 +81,12 @@ class MemstatsSampler:
         except InputRejected as e:  # the directory changed hands under a running watch
             problems.append(str(e))
             publishers = None
-        jobs = _jobs_by_device(publishers)
+        assert self.probe is not None, "sample() before first()"
+        machine = MachineKeys(self.probe.devices)
+        jobs = _jobs_by_device(publishers, machine)
         gpus = {normalize_pci_bus_id(g.pci_bus_id): g for g in (nvml.gpus if nvml else ()) if g.pci_bus_id}
         devices: list[MemDevice] = []
         key_of_gpu: dict[int, str] = {}
-        assert self.probe is not None, "sample() before first()"
         for d in self.probe.devices:
             key = f"{d.platform}:{d.id}"
             bus_id = d.attributes.get("pci_bus_id")
@@ -103,7 +104,7 @@ class MemstatsSampler:
                 problems.append(f"GPU {g.index}: {g.unavailable['memory_total_bytes']}")
 
         free = {d.key: d.driver.get("free_bytes") for d in devices if d.driver}
-        processes = _processes(nvml, key_of_gpu, publishers, self.tpu, free)
+        processes = _processes(nvml, key_of_gpu, publishers, self.tpu, free, machine)
         if nvml is not None and any(not p.pid_visible for p in nvml.processes):
             notes.append("NVML reports pids of the host's pid namespace; pids not visible here (a container) have no user or command")
         for problem in publishers.problems if publishers else ():
@@ -174,12 +175,31 @@ def _stat(stats: dict | None, name: str) -> int | None:
     return value if isinstance(value, int) and value >= 0 else None
 
 
-def _jobs_by_device(publishers) -> dict[str, list]:
-    """The publishing jobs' records of each device, by device key."""
+class MachineKeys:
+    """The key of this machine's device a job's device is: by PCI bus id where the job said it (each job's JAX
+    numbers its devices from 0 under its own CUDA_VISIBLE_DEVICES, and a multi-host job's local GPUs are
+    gpu:8-15), else by its own platform:id, which is right when the job sees the devices as devctl does."""
+
+    def __init__(self, devices) -> None:
+        from devctl.discovery.pci import normalize_pci_bus_id
+
+        self._normalize = normalize_pci_bus_id
+        self._by_bus = {
+            normalize_pci_bus_id(bus): f"{d.platform}:{d.id}" for d in devices if (bus := d.attributes.get("pci_bus_id"))
+        }
+
+    def key(self, d) -> str:
+        bus = getattr(d, "pci_bus_id", None)
+        found = self._by_bus.get(self._normalize(bus)) if bus else None
+        return found or f"{d.platform}:{d.id}"
+
+
+def _jobs_by_device(publishers, machine: MachineKeys) -> dict[str, list]:
+    """The publishing jobs' records of each device, by this machine's device key."""
     out: dict[str, list] = {}
     for pub in publishers.publishers if publishers else ():
         for d in pub.devices:
-            out.setdefault(f"{d.platform}:{d.id}", []).append(d)
+            out.setdefault(machine.key(d), []).append(d)
     return out
 
 
@@ -244,7 +264,7 @@ def _tpu_chip(chip) -> MemDevice:
     )  # fmt: skip
 
 
-def _processes(nvml, key_of_gpu: dict[int, str], publishers, tpu, free: dict[str, int | None]) -> list[MemProcess]:
+def _processes(nvml, key_of_gpu: dict[int, str], publishers, tpu, free: dict[str, int | None], machine: MachineKeys) -> list[MemProcess]:
     out: list[MemProcess] = []
     for p in nvml.processes if nvml else ():
         out.append(
@@ -256,7 +276,7 @@ def _processes(nvml, key_of_gpu: dict[int, str], publishers, tpu, free: dict[str
     for pub in publishers.publishers if publishers else ():
         command = " ".join(pub.command)
         for d in pub.devices:
-            key = f"{d.platform}:{d.id}"
+            key = machine.key(d)
             out.append(
                 MemProcess(
                     pid=pub.pid, source="publisher", user=None, command=command, device=key,

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from devctl.model.publishers import (
+    PCI_BUS_ID_PATTERN,
     SCHEMA,
     PublishedArray,
     PublishedDevice,
@@ -41,6 +42,7 @@ _MAX_COMMAND_WORDS = 1024
 _SIZE_LIMIT = 1 << 63  # bytes, counts: anything at or past int64's range is not a figure
 _ID_LIMIT = 1 << 31
 _PLATFORM = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
+_BUS_ID = re.compile(PCI_BUS_ID_PATTERN)
 
 
 # --- decoding -----------------------------------------------------------------
@@ -189,7 +191,16 @@ def _device(d: Any, where: str) -> PublishedDevice:
         live_arrays=_whole(d.get("live_arrays"), f"{where}.live_arrays", _SIZE_LIMIT),
         memory_stats=stats,
         memory_stats_error=_opt_text(d.get("memory_stats_error"), f"{where}.memory_stats_error", 1000),
+        pci_bus_id=_bus_id(d.get("pci_bus_id"), f"{where}.pci_bus_id"),
     )
+
+
+def _bus_id(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _BUS_ID.match(value):
+        raise ValueError(f"{where} is {_show(value)}, not a PCI bus id")
+    return value
 
 
 def _array(a: Any, where: str) -> PublishedArray:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from devctl.model import json_schema
 
 SCHEMA = "devctl.publisher/1"
+PCI_BUS_ID_PATTERN = r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$"
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class PublishedDevice:
     # failed, with the reason in memory_stats_error. The keys are the backend's own, so they stay open.
     memory_stats: dict[str, int | None] | None
     memory_stats_error: str | None = None
+    # A GPU's PCI bus id as its driver names it: what matches the job's device to the machine's GPU, whatever
+    # CUDA_VISIBLE_DEVICES renumbered (eight jobs, each given one GPU, all call theirs gpu:0). None elsewhere.
+    pci_bus_id: str | None = field(default=None, metadata=json_schema(pattern=PCI_BUS_ID_PATTERN))
 
 
 @dataclass(frozen=True)

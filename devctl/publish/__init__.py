@@ -30,7 +30,8 @@ only the file this publisher wrote is ever removed. The document:
          "live_bytes": 123456,            # bytes (shape x itemsize) of live array shards here, replicas on each device
          "live_arrays": 17,               # arrays with a shard here (one array counts once per device)
          "memory_stats": {"bytes_in_use": 1, "bytes_limit": 2, "...": null},  # -1 -> null; null on CPU
-         "memory_stats_error": null}
+         "memory_stats_error": null,
+         "pci_bus_id": "00000000:18:00.0"}  # GPUs: what matches the device to the machine's GPU; null elsewhere
       ],
       "largest_arrays": [
         {"shape": [4096, 4096], "dtype": "float32", "nbytes": 67108864,  # the whole array

@@ -138,9 +138,30 @@ def _device_view(top_k: int, cache: ArrayCache | None) -> tuple[list[dict], list
                 "live_arrays": live_count,
                 "memory_stats": stats,
                 "memory_stats_error": stats_error,
+                "pci_bus_id": _pci_bus_id(d),
             }
         )
     return out, largest_arrays(usage.arrays, top_k)
+
+
+_BUS_IDS: dict[tuple[int, int], str | None] = {}
+
+
+def _pci_bus_id(device: Any) -> str | None:
+    """A GPU's PCI bus id, asked once per device (of the driver the job's CUDA client already started); None
+    for other devices and where the driver does not say."""
+    if device.platform not in ("gpu", "cuda"):
+        return None
+    key = (os.getpid(), device.id)
+    if key not in _BUS_IDS:
+        from devctl.probe.backends import cuda_pci_bus_id
+
+        try:
+            found = getattr(device, "pci_bus_id", None) or cuda_pci_bus_id(device.local_hardware_id)
+        except Exception:  # noqa: BLE001 - a device without local_hardware_id: unmatched, by name only
+            found = None
+        _BUS_IDS[key] = found if isinstance(found, str) else None
+    return _BUS_IDS[key]
 
 
 def _memory_stats(device: Any) -> tuple[dict[str, int | None] | None, str | None]:
