@@ -62,25 +62,26 @@ _DRIVER = textwrap.dedent(
             out["memstats"] = devctl("memstats", "--json")
             out["top"] = devctl("memstats", "--pid", pid, "--top", "3", "--json")
             out["exporter"] = devctl("exporter", "--once")
-            job.stdin.write("\\n")
-            job.stdin.flush()
-        job.wait(120)
+        # communicate: the job's stderr must never fill its pipe while it is waited for.
+        _, err = job.communicate("\\n" if out["job"] else None, timeout=120)
+        out["job_stderr"] = err[-5000:]
         out["postmortem"] = devctl("memstats", "--postmortem", "--json")
     finally:
         if job.poll() is None:
             job.kill()
             job.wait()
     out["job_rc"] = job.returncode
-    out["job_stderr"] = job.stderr.read()[-5000:]
     print(json.dumps(out))
     """
 )
 
 
 def _clean_env(home: str) -> dict[str, str]:
-    """What a batch job or a container's shell has: no DEVCTL_*, no XDG_RUNTIME_DIR, one CPU device unless the
-    machine has an accelerator (no XLA_FLAGS)."""
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "LANG": "C.UTF-8", "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    """What a batch job or a container's shell has: this environment (its driver's LD_LIBRARY_PATH, its
+    CUDA_VISIBLE_DEVICES) without DEVCTL_* or XDG_RUNTIME_DIR, and one CPU device unless the machine has an
+    accelerator (no XLA_FLAGS or JAX_PLATFORMS of the tests')."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVCTL_") and k not in ("XDG_RUNTIME_DIR", "XLA_FLAGS", "JAX_PLATFORMS")}
+    return env | {"HOME": home, "LANG": "C.UTF-8", "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
 
 
 def _as_user(uid: int) -> list[str]:

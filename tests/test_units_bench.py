@@ -293,6 +293,17 @@ def test_advice_when_only_pageable_paths_were_measured_far_below_the_link():
     assert fastest_paths([cell(variant="pageable", gbps=5.4)])[0].advice is None
 
 
+def test_the_verdict_compares_where_the_paths_were_all_measured():
+    """Pinned skipped at 1G (no host memory for it) but measured at 256M: the verdict compares at 256M rather than
+    calling pageable the only path at 1G (the misleading line of the H200)."""
+    skipped = Cell("h2d", "pinned", "single", GIB, "host", "cuda:0", skipped=True, note="skipped: 1G does not fit in host memory twice")
+    cells = [pcie_cell(variant="pageable", gbps=6.9), skipped,
+             pcie_cell(variant="pageable", gbps=5.0, size=256 * MIB), pcie_cell(variant="pinned", gbps=42.3, size=256 * MIB)]  # fmt: skip
+    (f,) = fastest_paths(cells)
+    assert (f.size_bytes, f.variant, [o.variant for o in f.others]) == (256 * MIB, "pinned", ["pageable"])
+    assert f.advice is not None and "pinned_host" in f.advice
+
+
 def test_one_variant_is_not_called_fastest_and_the_roof_is_named_as_its_link():
     from devctl.render.bench import verdict_line
 

@@ -18,7 +18,7 @@ QuickOpt = Annotated[
     Option("--quick", help="One size and a short budget: a smoke test in seconds. --sizes, --repeats, --min-time and --warmups given too override it."),
 ]
 RepeatsOpt = Annotated[
-    Optional[int], Option("--repeats", metavar="N", help=f"Timed calls per device and size, at least (default {c.DEFAULT_REPEATS}).")
+    Optional[int], Option("--repeats", metavar="N", help=f"Timed samples per device and size, at least, each a burst of calls (default {c.DEFAULT_REPEATS}).")
 ]
 MinTimeOpt = Annotated[
     Optional[float],

@@ -370,15 +370,20 @@ class TransferReport:
 
 
 def fastest_paths(cells: tuple[Cell, ...] | list[Cell]) -> tuple[Fastest, ...]:
-    """Per direction and layout, the variant with the highest GB/s at the largest size measured, every other
-    variant measured there, and advice when the pinned path leaves the plain call far behind."""
+    """Per direction and layout, the variant with the highest GB/s at the largest size where the most variants
+    were measured (a pinned cell skipped at 1G for want of host memory, but measured at 256M, still compares),
+    every other variant measured there, and advice when the pinned path leaves the plain call far behind."""
     groups: dict[tuple[str, str], list[Cell]] = {}
     for c in cells:
         if not c.skipped:
             groups.setdefault((c.direction, c.layout), []).append(c)
     out = []
     for (direction, layout), group in groups.items():
-        top = max(c.size_bytes for c in group)
+        variants_at: dict[int, set[str]] = {}
+        for c in group:
+            variants_at.setdefault(c.size_bytes, set()).update([c.variant] if c.gbps is not None else [])
+        most = max(len(v) for v in variants_at.values())
+        top = max(size for size, v in variants_at.items() if len(v) == most)
         at_top = [c for c in group if c.size_bytes == top]
         zero = tuple(dict.fromkeys(c.variant for c in at_top if c.zero_copy))
         # A cell whose bytes did not arrive intact is not a path anyone should take.
@@ -392,6 +397,7 @@ def fastest_paths(cells: tuple[Cell, ...] | list[Cell]) -> tuple[Fastest, ...]:
         for c in sorted(measured, key=lambda c: c.gbps or 0.0, reverse=True):  # every measured cell has one
             by_variant.setdefault(c.variant, c)
         best, *rest = by_variant.values()
+        # Skipped cells too: a pinned path skipped for want of pinned_host memory has its reason in the table.
         tried = {c.variant for c in cells if (c.direction, c.layout, c.size_bytes) == (direction, layout, top)}
         out.append(
             Fastest(

@@ -7,6 +7,7 @@ table, and the process index gives way in the device table, where host and devic
 
 from __future__ import annotations
 
+from devctl.model.distributed import LIST_SCHEMA
 from devctl.render.console import Column, print_table, say
 from devctl.units import format_bytes
 
@@ -37,6 +38,10 @@ def render_cluster(report) -> None:
          format_bytes(d.bytes_limit), format_bytes(d.peak_bytes_in_use), format_bytes(d.usable_bytes)]
         for d in report.devices
     ]  # fmt: skip
+    if report.schema == LIST_SCHEMA:  # the publishing jobs' peaks are memstats'; list has none to show
+        columns.pop(5)
+        for row in rows:
+            row.pop(5)
     print_table(columns, rows, title="devices")
 
     if report.findings:
