@@ -68,7 +68,7 @@ _PLUGIN_LOG = re.compile(
 
 
 def jax_truth(env: dict[str, str], python: str = sys.executable, timeout: float = 60) -> dict:
-    """What real JAX does under `env`: {"result": ok|raises|crashes|hangs, ...}."""
+    """What real JAX does under `env`: {"result": ok|raises|exits|crashes|hangs, ...}."""
     try:
         proc = subprocess.run([python, "-c", TRUTH_SCRIPT], env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
@@ -81,7 +81,8 @@ def jax_truth(env: dict[str, str], python: str = sys.executable, timeout: float 
         try:
             truth = json.loads(last[0])
         except json.JSONDecodeError:
-            truth = {"result": "crashes", "exit_code": proc.returncode}
+            # No answer and no signal: the process ended itself (XLA's flag parser logs why and exits 1).
+            truth = {"result": "exits" if proc.returncode > 0 else "crashes", "exit_code": proc.returncode}
     truth["stderr"] = proc.stderr
     first, _, again = proc.stderr.partition(SECOND_CALL)
     # The plugins the first jax.devices() logged as broken: what devctl predicts, and what a program sees.
@@ -102,6 +103,12 @@ def disagreements(predicted: dict, truth: dict) -> list[str]:
     if outcome.get("result") != truth["result"]:
         return [f"devctl predicts jax.devices() {outcome.get('result')} ({outcome.get('error') or outcome.get('reason')}); JAX {truth['result']}: {truth.get('error') or truth.get('signal') or ''}"]
     rows = {b["platform"]: b for b in predicted["backends"]}
+    if truth["result"] == "exits":
+        from devctl.model.xla_flags import fatal_message
+
+        said = fatal_message(truth.get("stderr") or "")
+        if said is None or said not in (outcome.get("error") or ""):
+            out.append(f"JAX's process exited {truth['exit_code']} saying {said!r}; devctl says {outcome.get('error')!r}")
     if truth["result"] == "raises":
         if outcome.get("error") != truth["error"]:
             out.append(f"error: devctl says {outcome.get('error')!r}; JAX raised {truth['error']!r}")

@@ -121,6 +121,11 @@ SCENARIOS = [
     Scenario("plugin-hangs", setup=_plugin("hangs"), expect="hangs", timeout=8),
     Scenario("plugin-registers-missing-library", setup=_registers("/nonexistent/libpluggy.so")),
     Scenario("plugin-registered-but-jax-platforms-cpu", {"JAX_PLATFORMS": "cpu"}, setup=_registers("good")),
+    # XLA's flag parser ends the process inside jax.devices() (exit status 1, nothing to catch).
+    Scenario("xla-flags-unknown-flag", {"XLA_FLAGS": "--xla_no_such_flag=1"}, expect="exits"),
+    Scenario("xla-flags-bad-value", {"XLA_FLAGS": "--xla_force_host_platform_device_count=abc"}, expect="exits"),
+    Scenario("xla-flags-bad-among-good", {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=x2"}, expect="exits"),
+    Scenario("xla-flags-bad-with-jax-platforms-cpu", {"XLA_FLAGS": "--xla_cpu_enable_fast_math=maybe", "JAX_PLATFORMS": "cpu"}, expect="exits"),
 ]
 
 
@@ -185,3 +190,17 @@ def _environment(scenario: Scenario, tmp: Path, libs: dict) -> dict[str, str]:
         env["PYTHONPATH"] = SEP.join((extra.pop("PYTHONPATH"), env["PYTHONPATH"]))
     env.update(extra)
     return env
+
+
+def test_env_says_what_xla_refuses_in_xla_flags_and_nothing_when_it_takes_them():
+    """`devctl env` asks XLA's own parser (jaxlib's CPU client in a child): the flag that ends every JAX program is
+    named with its fix, and flags XLA takes are not a problem."""
+    bad = devctl_env(devices=1, XLA_FLAGS="--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=abc")
+    doc = json.loads(run_devctl("env", "--json", env=bad, timeout=180).stdout)
+    (row,) = [v for v in doc["env"] if v["name"] == "XLA_FLAGS"]
+    assert "Couldn't interpret value abc for flag xla_force_host_platform_device_count" in row["problem"], row
+    (finding,) = [f for f in doc["findings"] if f["packages"] == ["XLA_FLAGS"]]
+    assert finding["severity"] == "error" and finding["remediation"].endswith("export XLA_FLAGS=--xla_cpu_enable_fast_math=false")
+    good = json.loads(run_devctl("env", "--json", env=devctl_env(devices=2), timeout=180).stdout)
+    assert [v["problem"] for v in good["env"] if v["name"] == "XLA_FLAGS"] == [None]
+    assert not [f for f in good["findings"] if f["packages"] == ["XLA_FLAGS"]]

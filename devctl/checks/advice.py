@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from devctl.model.list_ import BackendInfo, BackendStatus, JaxOutcome
+from devctl.model.xla_flags import refused_flags, without, xla_flags_failure
 
 PJRT_ENV = "PJRT_NAMES_AND_LIBRARY_PATHS"
 CODE_PREFIX = "DEVCTL_FR_"
@@ -113,7 +115,9 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None) -> A
         return None
     if row.status is BackendStatus.SKIPPED and row.platform == "tpu" and not getattr(hw.tpu, "chips", None):
         return None  # no TPU here: JAX ignores the backend, and so does devctl
-    broken = row.status in (BackendStatus.FAILED, BackendStatus.CRASHED, BackendStatus.TIMEOUT)
+    broken = row.status in (BackendStatus.FAILED, BackendStatus.CRASHED, BackendStatus.TIMEOUT, BackendStatus.EXITED)
+    if broken and (refused := xla_flags_failure(row.error or "")) is not None:
+        return xla_flags(refused, environ)  # XLA's flag parser ends every process at its first backend, whichever it is
     if broken and row.platform == "jax" and not row.plugin:
         return jax_import(row)  # jax itself does not import: no backend, and no JAX_PLATFORMS, matters
     if broken and row.plugin and row.platform in env_entries(environ):
@@ -213,6 +217,21 @@ def jax_import(row: BackendInfo) -> Advice:
     )
 
 
+def xla_flags(refused: str, environ: Mapping[str, str]) -> Advice:
+    """XLA_FLAGS holds a flag XLA's parser refuses: every JAX program exits (status 1) at its first backend."""
+    value = environ.get("XLA_FLAGS") or ""
+    items = refused_flags(refused, value)
+    rest = without(value, items)
+    named = " ".join(items) or "the flag it names"
+    fix = f"remove {named} from XLA_FLAGS: " + (f"export XLA_FLAGS={shlex.quote(rest)}" if rest else "unset XLA_FLAGS")
+    return Advice(
+        "xla-flags-invalid",
+        f"XLA refuses XLA_FLAGS ({refused}) and ends the process with exit status 1 inside jax.devices(): every JAX program, whatever JAX_PLATFORMS says",
+        fix,
+        {"XLA_FLAGS": rest} if items else None,
+    )
+
+
 def env_entries(environ: Mapping[str, str]) -> list[str]:
     """The plugin names PJRT_NAMES_AND_LIBRARY_PATHS gives, as JAX splits them."""
     return [i.split(os.pathsep, 1)[0] for i in (environ.get(PJRT_ENV) or "").split(",") if os.pathsep in i]
@@ -255,6 +274,8 @@ def for_outcome(outcome: JaxOutcome, backends: list[BackendInfo], hw, environ: M
     if not outcome.fails:
         return None
     rows = {b.platform: b for b in backends}
+    if outcome.culprit == "XLA_FLAGS" and (refused := xla_flags_failure(outcome.error or "")) is not None:
+        return xla_flags(refused, environ)
     culprit = rows.get(outcome.culprit or "")
     if culprit is not None and culprit.platform == "jax" and not culprit.plugin:
         return jax_import(culprit)  # before JAX_PLATFORMS: `import jax` fails whatever it says

@@ -149,6 +149,11 @@ CATALOGUE: dict[str, KnownFailure] = {
             "set JAX_PLATFORMS to platforms that work here (devctl list), or unset it so JAX picks the best available",
         ),
         KnownFailure(
+            "xla-flags-invalid", None, "XLA_FLAGS has a flag XLA refuses",
+            "XLA parses XLA_FLAGS when the first backend starts; an unknown flag or a value its type does not take makes it log the flag and end the process (exit status 1) inside jax.devices(), with nothing to catch, whatever JAX_PLATFORMS says",
+            "remove or correct that flag in XLA_FLAGS",
+        ),
+        KnownFailure(
             "cuda-plugin-without-gpu", None, "CUDA plugin installed on a machine without an NVIDIA GPU",
             "jax[cuda12]/[cuda13] is installed but this machine has no NVIDIA GPU (or its driver is not loaded or not mounted): the plugin's initialize() fails, JAX logs the error and falls back to CPU",
             "to silence the plugin set JAX_PLATFORMS=cpu, or uninstall the CUDA extra",
@@ -210,6 +215,7 @@ MESSAGES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("tpu-device-permission", r"Couldn't open device: /dev/(accel|vfio)|open\(/dev/(accel|vfio)"),
         ("multihost-slice-waiting", r"TPU backend initialization is taking more than"),
         ("cpu-without-avx", r"built using AVX instructions"),
+        ("xla-flags-invalid", r"Unknown flags? in XLA_FLAGS|Couldn't interpret value .* for flag"),
     )
 )  # fmt: skip
 

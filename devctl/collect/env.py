@@ -7,7 +7,7 @@ import socket
 import sys
 import time
 
-from devctl.model.env import SCHEMA, EnvFinding, EnvironmentReport, PackageVersion
+from devctl.model.env import SCHEMA, EnvFinding, EnvironmentReport, EnvVar, PackageVersion
 from devctl.model.plugins import FrameworkPjrt
 from devctl.version import __version__
 
@@ -80,11 +80,28 @@ def collect_environment(timeout_s: float = 20.0) -> EnvironmentReport:
         nvidia_driver=driver,
         nvidia_cuda_driver_version=cuda_driver,
         findings=findings,
-        env=env_vars(),
+        env=_with_xla_flags_verdict(env_vars(), findings, timeout_s),
         notes=notes,
         framework_pjrt=framework,
         stack_fix=fix if skewed else None,
     )
+
+
+def _with_xla_flags_verdict(variables: list[EnvVar], findings: list[EnvFinding], timeout_s: float) -> list[EnvVar]:
+    """XLA_FLAGS as XLA's own parser judges it (a child creates jaxlib's CPU client, nothing more): a flag it
+    refuses ends every JAX program with exit status 1 inside jax.devices(), so it is an error here too."""
+    import os
+    from dataclasses import replace
+
+    from devctl.checks.advice import xla_flags
+    from devctl.probe.xla_flags import refused
+
+    if not os.environ.get("XLA_FLAGS") or (said := refused(timeout_s)) is None:
+        return variables
+    advice = xla_flags(said, os.environ)
+    findings.append(EnvFinding("error", ["XLA_FLAGS"], advice.summary, advice.fix))
+    problem = f"XLA refuses it ({said}): every JAX program exits with status 1"
+    return [replace(v, problem=problem) if v.name == "XLA_FLAGS" else v for v in variables]
 
 
 def _with_pjrt_versions(packages: list[PackageVersion], timeout_s: float) -> tuple[list[PackageVersion], FrameworkPjrt | None]:

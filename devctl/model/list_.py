@@ -26,6 +26,7 @@ class BackendStatus(str, enum.Enum):
     FAILED = "failed"  # raised an error
     TIMEOUT = "timeout"  # did not answer within --timeout and was killed
     CRASHED = "crashed"  # killed its process (segfault, abort)
+    EXITED = "exited"  # ended its process with an exit status (XLA's flag parser, a plugin that calls exit())
     SKIPPED = "skipped"  # not attempted, with the reason in `error`
 
 
@@ -86,7 +87,9 @@ def _pjrt_version(value: dict[str, int] | None) -> PjrtApiVersion | None:
 class JaxOutcome:
     """What `import jax; jax.devices()` does under the environment devctl ran in, predicted from its probe."""
 
-    result: str = field(metadata=json_schema(enum=("ok", "raises", "crashes", "hangs", "unknown")))  # "unknown" with `reason`
+    # "exits": the process ends with an exit status inside jax.devices() (XLA's flag parser on a bad XLA_FLAGS),
+    # nothing to catch; "crashes": a signal ends it. "unknown" with `reason`.
+    result: str = field(metadata=json_schema(enum=("ok", "raises", "exits", "crashes", "hangs", "unknown")))
     default_backend: str | None = None
     device_count: int = field(default=0, metadata=json_schema(minimum=0))  # devices of the default backend
     error: str | None = None  # what jax.devices() raises, `Type: message` as JAX words it; or how it dies
@@ -100,7 +103,7 @@ class JaxOutcome:
 
     @property
     def fails(self) -> bool:
-        return self.result in ("raises", "crashes", "hangs")
+        return self.result in ("raises", "exits", "crashes", "hangs")
 
 
 class DeviceAttributes(TypedDict, total=False):

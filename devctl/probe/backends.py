@@ -144,10 +144,12 @@ def _failed(name: str, child: ChildResult, where: str, plugin: str | None = None
 
     status = BackendStatus.TIMEOUT if child.timed_out else BackendStatus.CRASHED
     if not child.timed_out and not child.signal_name:
-        status = BackendStatus.FAILED
+        status = BackendStatus.EXITED if child.returncode else BackendStatus.FAILED
+    from devctl.model.xla_flags import fatal_message
+
     detail = last_line(child.output_tail)
     error = f"{child.failure_text()} {where}"
-    if detail and detail not in error:
+    if detail and detail not in error and fatal_message(f"{child.output_head}\n{child.output_tail}") is None:
         error += f" (last output: {detail})"
     return BackendInfo(platform=name, status=status, error=error, init_s=child.elapsed_s, plugin=plugin, source=source)
 

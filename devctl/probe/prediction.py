@@ -12,7 +12,9 @@ prediction with real JAX under the same environment.
 from __future__ import annotations
 
 from devctl.model.list_ import BackendInfo, BackendStatus, JaxOutcome
+from devctl.model.xla_flags import xla_flags_failure
 
+_ENDS_THE_PROCESS = (BackendStatus.CRASHED, BackendStatus.TIMEOUT, BackendStatus.EXITED)
 _SUFFIX_NAMED = " (set JAX_PLATFORMS='' to automatically choose an available backend)"
 _SUFFIX_UNSET = " (you may need to uninstall the failing plugin package, or set JAX_PLATFORMS=cpu to skip this backend.)"
 
@@ -38,7 +40,7 @@ def predict(
         return _broken(jax_row, "jax")
     # Plugins load before any backend starts: one that kills or hangs the process does so in JAX too.
     for b in backends.values():
-        if b.plugin and b.status in (BackendStatus.CRASHED, BackendStatus.TIMEOUT):
+        if b.plugin and b.status in _ENDS_THE_PROCESS:
             return _broken(b, b.platform)
     if raised is not None:
         culprit = raised.get("culprit") or "PJRT_NAMES_AND_LIBRARY_PATHS"
@@ -63,7 +65,7 @@ def predict(
             if priority > best:
                 default, best = platform, priority
             continue
-        if row.status in (BackendStatus.CRASHED, BackendStatus.TIMEOUT):
+        if row.status in _ENDS_THE_PROCESS:
             return _broken(row, platform)
         if fail_quietly:
             continue
@@ -78,7 +80,9 @@ def predict(
 
 
 def _broken(row: BackendInfo, culprit: str) -> JaxOutcome:
-    result = {BackendStatus.CRASHED: "crashes", BackendStatus.TIMEOUT: "hangs"}.get(row.status, "raises")
+    result = {BackendStatus.CRASHED: "crashes", BackendStatus.TIMEOUT: "hangs", BackendStatus.EXITED: "exits"}.get(row.status, "raises")
+    if row.status is BackendStatus.EXITED and xla_flags_failure(row.error or "") is not None:
+        culprit = "XLA_FLAGS"  # XLA's flag parser ends the process at the first backend, whichever it is
     return JaxOutcome(result, error=row.error, culprit=culprit)
 
 

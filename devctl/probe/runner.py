@@ -31,6 +31,7 @@ class ChildResult:
     returncode: int | None = None
     timed_out: bool = False
     output_tail: str = ""  # the child's merged stdout and stderr, last few KiB
+    output_head: str = ""  # ... and first few KiB: where XLA says why it ends the process, before a long dump
     elapsed_s: float = 0.0
 
     @property
@@ -58,8 +59,10 @@ class ChildResult:
             return "did not answer in time and was killed"
         if self.signal_name:
             return f"killed by {self.signal_name}"
-        tail = last_line(self.output_tail)
-        return f"exited with status {self.returncode}" + (f": {tail}" if tail else "")
+        from devctl.model.xla_flags import fatal_message
+
+        why = fatal_message(f"{self.output_head}\n{self.output_tail}") or last_line(self.output_tail)
+        return f"exited with status {self.returncode}" + (f": {why}" if why else "")
 
 
 def last_line(text: str) -> str:
@@ -245,6 +248,7 @@ def _pump(proc, read_fd, result: ChildResult, timeout_s: float, on_event) -> Non
     sel.register(proc.stdout.fileno(), selectors.EVENT_READ, "output")
     pending = b""
     tail = b""
+    head = b""
     open_streams = 2
     deadline = time.monotonic() + timeout_s
     while open_streams:
@@ -260,6 +264,8 @@ def _pump(proc, read_fd, result: ChildResult, timeout_s: float, on_event) -> Non
                 open_streams -= 1
                 continue
             if key.data == "output":
+                if len(head) < _OUTPUT_TAIL_BYTES:
+                    head += chunk[: _OUTPUT_TAIL_BYTES - len(head)]
                 tail = (tail + chunk)[-_OUTPUT_TAIL_BYTES:]
                 continue
             pending += chunk
@@ -275,6 +281,7 @@ def _pump(proc, read_fd, result: ChildResult, timeout_s: float, on_event) -> Non
                     on_event(event)
     sel.close()
     result.output_tail = tail.decode("utf-8", "replace")
+    result.output_head = head.decode("utf-8", "replace")
 
 
 def _kill(proc: subprocess.Popen) -> None:
