@@ -199,8 +199,10 @@ def test_env_says_what_xla_refuses_in_xla_flags_and_nothing_when_it_takes_them()
     doc = json.loads(run_devctl("env", "--json", env=bad, timeout=180).stdout)
     (row,) = [v for v in doc["env"] if v["name"] == "XLA_FLAGS"]
     assert "Couldn't interpret value abc for flag xla_force_host_platform_device_count" in row["problem"], row
-    (finding,) = [f for f in doc["findings"] if f["packages"] == ["XLA_FLAGS"]]
-    assert finding["severity"] == "error" and finding["remediation"].endswith("export XLA_FLAGS=--xla_cpu_enable_fast_math=false")
+    assert row["problem"].endswith("export XLA_FLAGS=--xla_cpu_enable_fast_math=false"), row
+    # check says the same, with the same fix, in its env, backends and devices rows.
+    checks = {c["name"]: c for c in json.loads(run_devctl("check", "--json", env=bad, timeout=300).stdout)["checks"]}
+    fix = "remove --xla_force_host_platform_device_count=abc from XLA_FLAGS: export XLA_FLAGS=--xla_cpu_enable_fast_math=false"
+    assert [(checks[n]["status"], checks[n]["remediation"]) for n in ("env", "backends", "devices")] == [("fail", fix)] * 3, checks
     good = json.loads(run_devctl("env", "--json", env=devctl_env(devices=2), timeout=180).stdout)
     assert [v["problem"] for v in good["env"] if v["name"] == "XLA_FLAGS"] == [None]
-    assert not [f for f in good["findings"] if f["packages"] == ["XLA_FLAGS"]]

@@ -117,6 +117,11 @@ def check_devices(ctx: Context) -> Verdict:
             found = ", ".join(wrong or kinds) or "none"
             problems.append(f"device kind {found}, expected {exp.device_kind}")
             remedies.append(f"run this job on a runner with {exp.device_kind} devices")
+    outcome = inv.jax_outcome
+    if not devices and outcome is not None and outcome.fails:
+        # One cause, one fix: the backends row names it, and it is what gives this row no device.
+        problems.insert(0, f"no {scope} device: jax.devices() {outcome.result}")
+        remedies.insert(0, outcome.fix or "run devctl doctor for a diagnosis")
     if problems:
         return failed(join(problems), remedies[0], **details)
     if not devices:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from devctl.checks.verdict import Verdict, failed, join, passed, warned
@@ -113,9 +114,20 @@ def _plugin_remedy(p) -> str:
 
 
 def check_env(ctx: Context) -> Verdict:
-    from devctl.discovery.envvars import assess_env, jaxlib_rules
+    from devctl.checks.advice import xla_flags
+    from devctl.discovery.envvars import Assessment, EnvFix, assess_env, jaxlib_rules
 
     variables = assess_env()
+    refused = ctx.environment().xla_flags_refused
+    if refused is not None:  # XLA's own parser said it: every JAX program exits at its first backend
+        advice = xla_flags(refused, os.environ)
+        change = advice.fix_env or {}
+        fix = EnvFix({k: v for k, v in change.items() if v is not None}, tuple(k for k, v in change.items() if v is None))
+        variables = [
+            Assessment(v.name, v.value, v.meaning, f"XLA refuses it ({refused}): every JAX program exits with status 1", "error", advice.fix, fix)
+            if v.name == "XLA_FLAGS" else v
+            for v in variables
+        ]  # fmt: skip
     errors = [v for v in variables if v.severity == "error"]
     warnings = [v for v in variables if v.severity == "warning"]
     details = {

@@ -45,7 +45,7 @@ NEEDS: dict[str, frozenset[str]] = {
     "nvml-health": frozenset({"hardware", "nvml"}),
     "host": frozenset({"hardware", "host"}),
     "tpu": frozenset({"hardware"}),
-    "env": frozenset(),
+    "env": frozenset({"environment"}),
 }
 
 

@@ -44,6 +44,7 @@ def collect_environment(timeout_s: float = 20.0) -> EnvironmentReport:
     cuda_driver = nvml.cuda_driver_version_str
     if nvml.status != "ok":
         notes.append(f"NVML: {nvml.reason}")
+    refused = _xla_flags_refused(timeout_s)
     rules = jaxlib_rules()
     if rules.source == FALLBACK_RULES.source:
         notes.append(f"environment variables judged by {rules.source}: {rules.origin}")
@@ -80,27 +81,33 @@ def collect_environment(timeout_s: float = 20.0) -> EnvironmentReport:
         nvidia_driver=driver,
         nvidia_cuda_driver_version=cuda_driver,
         findings=findings,
-        env=_with_xla_flags_verdict(env_vars(), findings, timeout_s),
+        env=_with_xla_flags_verdict(env_vars(), refused),
         notes=notes,
         framework_pjrt=framework,
         stack_fix=fix if skewed else None,
+        xla_flags_refused=refused,
     )
 
 
-def _with_xla_flags_verdict(variables: list[EnvVar], findings: list[EnvFinding], timeout_s: float) -> list[EnvVar]:
-    """XLA_FLAGS as XLA's own parser judges it (a child creates jaxlib's CPU client, nothing more): a flag it
-    refuses ends every JAX program with exit status 1 inside jax.devices(), so it is an error here too."""
+def _xla_flags_refused(timeout_s: float) -> str | None:
+    """What XLA's own parser refuses in XLA_FLAGS (a child creates jaxlib's CPU client, nothing more)."""
+    import os
+
+    from devctl.probe.xla_flags import refused
+
+    return refused(timeout_s) if os.environ.get("XLA_FLAGS") else None
+
+
+def _with_xla_flags_verdict(variables: list[EnvVar], refused: str | None) -> list[EnvVar]:
+    """The XLA_FLAGS row says what XLA refuses, with the fix: the flag ends every JAX program (exit status 1)."""
     import os
     from dataclasses import replace
 
     from devctl.checks.advice import xla_flags
-    from devctl.probe.xla_flags import refused
 
-    if not os.environ.get("XLA_FLAGS") or (said := refused(timeout_s)) is None:
+    if refused is None:
         return variables
-    advice = xla_flags(said, os.environ)
-    findings.append(EnvFinding("error", ["XLA_FLAGS"], advice.summary, advice.fix))
-    problem = f"XLA refuses it ({said}): every JAX program exits with status 1"
+    problem = f"XLA refuses it ({refused}): every JAX program exits with status 1; {xla_flags(refused, os.environ).fix}"
     return [replace(v, problem=problem) if v.name == "XLA_FLAGS" else v for v in variables]
 
 

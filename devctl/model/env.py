@@ -83,3 +83,6 @@ class EnvironmentReport:
     framework_pjrt: FrameworkPjrt | None = None
     # The one command that fixes every version skew in findings (each such finding's remediation is this command); None when nothing is skewed.
     stack_fix: StackFix | None = None
+    # What XLA's own flag parser refuses in XLA_FLAGS, in its words (it ends every JAX program with exit status 1);
+    # None when it takes them all, or XLA_FLAGS is unset.
+    xla_flags_refused: str | None = None
