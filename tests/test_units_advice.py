@@ -156,7 +156,8 @@ def test_a_backend_that_hangs_points_at_what_may_hold_it():
 def test_tpu_rows():
     # JAX_PLATFORMS=tpu on a machine without TPU chips: only that makes the tpu backend fail here.
     advice = for_row(BackendInfo("tpu", F, "Unable to initialize backend 'tpu'"), hw(), environ={"JAX_PLATFORMS": "tpu"})
-    assert advice.code == code_of("jax-platforms-unavailable") and advice.fix == "drop tpu from JAX_PLATFORMS"
+    assert advice.code == code_of("jax-platforms-unavailable") and advice.fix_env == {"JAX_PLATFORMS": None}
+    assert advice.fix == "unset JAX_PLATFORMS, so JAX picks the best backend that starts"
     # Chips present, libtpu absent.
     advice = for_row(BackendInfo("tpu", F, "libtpu.so: cannot open shared object file"), TPU_HOST, environ={})
     assert advice.code == code_of("libtpu-missing") and advice.fix == "pip install -U 'jax[tpu]'"
@@ -215,8 +216,31 @@ def test_jax_platforms_keeps_only_the_platforms_that_start():
     outcome = JaxOutcome("raises", error="RuntimeError: Unable to initialize backend 'tpu'", culprit="tpu")
     advice = for_outcome(outcome, rows, hw(), environ={"JAX_PLATFORMS": "cpu,tpu"})
     assert advice.code == code_of("jax-platforms-unavailable")
-    assert advice.summary == "JAX_PLATFORMS='cpu,tpu' names a platform that does not start here (tpu), so jax.devices() raises"
-    assert advice.fix == "drop tpu from JAX_PLATFORMS: export JAX_PLATFORMS=cpu" and advice.fix_env == {"JAX_PLATFORMS": "cpu"}
+    assert advice.summary == "JAX_PLATFORMS='cpu,tpu': tpu does not start here (tpu: failed: no TPU), so jax.devices() raises"
+    assert advice.fix == "export JAX_PLATFORMS=cpu" and advice.fix_env == {"JAX_PLATFORMS": "cpu"}
+
+
+@pytest.mark.parametrize(
+    "value, says, fixed",
+    [
+        ("CPU", "'CPU': JAX's platform names are lower case ('cpu')", "cpu"),
+        (" cpu", "' cpu' has spaces around it, which JAX keeps", "cpu"),
+        ("cpu,", "an empty name (a comma too many)", "cpu"),
+        ("cpu, tpu", "' tpu' has spaces around it", "cpu"),
+        ("gpu", "gpu (to JAX: cuda, rocm, oneapi) does not start here (cuda: no installed plugin provides it; rocm: no installed plugin", None),
+        ("foo,cpu", "foo does not start here (foo: no installed plugin provides it)", "cpu"),
+    ],
+)
+def test_jax_platforms_says_what_is_wrong_with_each_entry_and_keeps_what_starts(value, says, fixed):
+    """As JAX splits it: on commas, nothing stripped, case kept; "gpu" is cuda, rocm and oneapi to JAX."""
+    from devctl.checks.advice import jax_platforms
+
+    unknown = "RuntimeError: Backend '{}' is not in the list of known backends: ['cpu', 'tpu']."
+    rows = [BackendInfo("cpu", OK)] + [BackendInfo(e, F, unknown.format(e)) for e in value.split(",") if e not in ("cpu", "gpu")]
+    advice = jax_platforms({"JAX_PLATFORMS": value}, rows)
+    assert says in advice.summary and advice.fix_env == {"JAX_PLATFORMS": fixed}
+    assert "uninstall" not in advice.fix  # nothing named here is installed: nothing to uninstall
+    assert jax_platforms({"JAX_PLATFORMS": ""}, rows) is None  # empty is unset to JAX
 
 
 def test_a_failing_entry_blamed_by_name_gets_the_entry_s_advice(tmp_path):

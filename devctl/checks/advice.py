@@ -10,6 +10,7 @@ tests/test_oracle.py applies to real JAX to prove it works.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -99,6 +100,25 @@ def _cuda_packages(row: BackendInfo | None) -> str:
     return " ".join(f"jax-cuda{s}-plugin jax-cuda{s}-pjrt" for s in series)
 
 
+# CUDA_VISIBLE_DEVICES values that hide every GPU from CUDA.
+HIDDEN_GPU_VALUES = ("", "-1", "none", "NoDevFiles")
+UNHIDE_GPUS = "unset CUDA_VISIBLE_DEVICES, or list the GPUs this job should use (CUDA_VISIBLE_DEVICES=0,1,...)"
+
+
+def hidden_gpus(row: BackendInfo, hw, environ: Mapping[str, str]) -> Advice | None:
+    """The CUDA row fails because CUDA_VISIBLE_DEVICES hides every GPU, on a machine that has some (evidence
+    first: without a GPU there is nothing to hide). The plugin is fine."""
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    if not is_cuda(row) or value is None or value.strip() not in HIDDEN_GPU_VALUES or nvidia_evidence(hw) is None:
+        return None
+    return Advice(
+        "no-visible-gpu",
+        f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU from CUDA, and this machine has NVIDIA GPUs ({nvidia_evidence(hw)})",
+        UNHIDE_GPUS,
+        {"CUDA_VISIBLE_DEVICES": None},
+    )
+
+
 def no_nvidia_gpu(row: BackendInfo | None = None) -> Advice:
     return Advice(
         "cuda-plugin-without-gpu",
@@ -108,11 +128,15 @@ def no_nvidia_gpu(row: BackendInfo | None = None) -> Advice:
     )
 
 
-def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None) -> Advice | None:
-    """The advice for one backend or plugin row that is not ok; None for a row that needs none."""
+def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None, backends: list[BackendInfo] | None = None) -> Advice | None:
+    """The advice for one backend or plugin row that is not ok; None for a row that needs none. `backends`, every
+    row, lets a row that only JAX_PLATFORMS made say what JAX_PLATFORMS should be."""
     environ = os.environ if environ is None else environ
     if row.status is BackendStatus.OK:
         return None
+    if not row.plugin and _UNKNOWN_PLATFORM in (row.error or "") and environ.get("JAX_PLATFORMS"):
+        # No plugin provides it: the row exists because JAX_PLATFORMS names it (a typo, "CPU", "gpu" here).
+        return jax_platforms(environ, backends or [row])
     if row.status is BackendStatus.SKIPPED and row.platform == "tpu" and not getattr(hw.tpu, "chips", None):
         return None  # no TPU here: JAX ignores the backend, and so does devctl
     broken = row.status in (BackendStatus.FAILED, BackendStatus.CRASHED, BackendStatus.TIMEOUT, BackendStatus.EXITED)
@@ -124,6 +148,8 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None) -> A
         # Before the machine's evidence: an entry's failure propagates out of every jax.devices(),
         # JAX_PLATFORMS=cpu or not (a CUDA entry beside jax[cuda12] fails with ALREADY_EXISTS exactly then).
         return pjrt_entry(row, environ)
+    if (broken or row.status is BackendStatus.SKIPPED) and (hidden := hidden_gpus(row, hw, environ)) is not None:
+        return hidden
     if broken and is_cuda(row) and nodes_without_driver(hw):
         return Advice(
             "nvidia-driver-not-mounted",
@@ -170,7 +196,8 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None) -> A
         )
     if row.platform == "tpu" and not getattr(hw.tpu, "chips", None):
         # Only JAX_PLATFORMS makes a machine without TPU fail on tpu (else the row is skipped above).
-        return Advice("jax-platforms-unavailable", "this machine has no TPU chip, and JAX_PLATFORMS names tpu", "drop tpu from JAX_PLATFORMS")
+        named = jax_platforms(environ, backends or [row])
+        return named or Advice("jax-platforms-unavailable", "this machine has no TPU chip, and JAX_PLATFORMS names tpu", "drop tpu from JAX_PLATFORMS")
     if row.platform == "tpu" and "libtpu" in (row.error or ""):
         return Advice("libtpu-missing", "TPU chips are present but libtpu cannot be loaded", "pip install -U 'jax[tpu]'")
     if row.status is BackendStatus.SKIPPED:
@@ -232,6 +259,68 @@ def xla_flags(refused: str, environ: Mapping[str, str]) -> Advice:
     )
 
 
+_UNKNOWN_PLATFORM = "is not in the list of known backends"
+# What "gpu" means to JAX_PLATFORMS (xla_bridge expands the alias to every GPU platform).
+_GPU_PLATFORMS = ("cuda", "rocm", "oneapi")
+
+
+def jax_platforms(environ: Mapping[str, str], backends: list[BackendInfo]) -> Advice | None:
+    """What is wrong with JAX_PLATFORMS, entry by entry as JAX splits it (on commas, nothing stripped, case kept),
+    and the value that keeps what starts here; None when every entry names a platform that starts."""
+    value = environ.get("JAX_PLATFORMS") or ""
+    if not value:
+        return None  # empty is unset to JAX: it picks the best backend that starts
+    rows = {b.platform: b for b in backends}
+    said: list[str] = []
+    keep: list[str] = []
+    for entry in value.split(","):
+        name = entry.strip().lower()
+        platforms = _GPU_PLATFORMS if name == "gpu" else (name,)
+        if any(_starts(p, rows) for p in platforms):
+            if name not in keep:
+                keep.append(name)
+            if entry != name:
+                said.append(_misnamed(entry))
+            continue
+        said.append(_misnamed(entry) if entry != name or not name else _does_not_start(entry, platforms, rows))
+    if not said:
+        return None
+    fixed = ",".join(keep) or None
+    return Advice(
+        "jax-platforms-unavailable",
+        f"JAX_PLATFORMS={value!r}: {'; '.join(said)}",
+        f"export JAX_PLATFORMS={fixed}" if fixed else "unset JAX_PLATFORMS, so JAX picks the best backend that starts",
+        {"JAX_PLATFORMS": fixed},
+    )
+
+
+def _starts(platform: str, rows: dict[str, BackendInfo]) -> bool:
+    """Whether the platform starts here: its row says so; jaxlib's own CPU backend, probed or not, unless its
+    row says otherwise (a JAX_PLATFORMS of "CPU" probes no "cpu" row)."""
+    row = rows.get(platform)
+    return row.status is BackendStatus.OK if row is not None else platform == "cpu"
+
+
+def _misnamed(entry: str) -> str:
+    if not entry.strip():
+        return "an empty name (a comma too many), which JAX looks for as a platform"
+    if entry != entry.strip():
+        return f"{entry!r} has spaces around it, which JAX keeps: no platform has that name"
+    return f"{entry!r}: JAX's platform names are lower case ({entry.lower()!r})"
+
+
+def _does_not_start(entry: str, platforms: tuple[str, ...], rows: dict[str, BackendInfo]) -> str:
+    def why(p: str) -> str:
+        row = rows.get(p)
+        if row is None or _UNKNOWN_PLATFORM in (row.error or ""):
+            return f"{p}: no installed plugin provides it"
+        return f"{p}: {row.status.value}: {' '.join((row.error or '').split())[:160]}"
+
+    if entry == "gpu":
+        return f"gpu (to JAX: {', '.join(platforms)}) does not start here ({'; '.join(why(p) for p in platforms)})"
+    return f"{entry} does not start here ({why(entry)})"
+
+
 def env_entries(environ: Mapping[str, str]) -> list[str]:
     """The plugin names PJRT_NAMES_AND_LIBRARY_PATHS gives, as JAX splits them."""
     return [i.split(os.pathsep, 1)[0] for i in (environ.get(PJRT_ENV) or "").split(",") if os.pathsep in i]
@@ -281,21 +370,13 @@ def for_outcome(outcome: JaxOutcome, backends: list[BackendInfo], hw, environ: M
         return jax_import(culprit)  # before JAX_PLATFORMS: `import jax` fails whatever it says
     if outcome.culprit == PJRT_ENV or (culprit is not None and culprit.plugin and culprit.platform in env_entries(environ)):
         return pjrt_entry(culprit or BackendInfo(platform="?", status=BackendStatus.FAILED), environ)
+    if culprit is not None and (hidden := hidden_gpus(culprit, hw, environ)) is not None:
+        return hidden  # the root cause: JAX_PLATFORMS=cuda is right once the GPUs are visible
     named = environ.get("JAX_PLATFORMS")
     if named and (culprit is None or not culprit.plugin):
-        # Every platform JAX_PLATFORMS lists must start; keeping only those that do is the fix.
-        working = [p for p in named.split(",") if (rows.get(p) is not None and rows[p].status is BackendStatus.OK)]
-        value = ",".join(working) or None
-        # No culprit platform (culprit None or "JAX_PLATFORMS"): JAX skipped every platform it names.
-        which = outcome.culprit if outcome.culprit not in (None, "JAX_PLATFORMS") else None
-        return Advice(
-            "jax-platforms-unavailable",
-            f"JAX_PLATFORMS={named!r} names " + (f"a platform that does not start here ({which})" if which else "no platform that starts here")
-            + ", so jax.devices() raises",
-            (f"drop {which} from JAX_PLATFORMS: " if which else "name a platform that starts here, or let JAX choose: ")
-            + (f"export JAX_PLATFORMS={value}" if value else "unset JAX_PLATFORMS"),
-            {"JAX_PLATFORMS": value},
-        )
+        found = jax_platforms(environ, backends)
+        if found is not None:
+            return dataclasses.replace(found, summary=f"{found.summary}, so jax.devices() raises")
     if culprit is not None:
-        return for_row(culprit, hw, environ)
+        return for_row(culprit, hw, environ, backends)
     return Advice("backend-failed", f"jax.devices() {outcome.result}: {outcome.error}", "its error says what is wrong")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from devctl.checks.verdict import Verdict, failed, join, passed, skipped, warned
@@ -37,45 +36,35 @@ def scoped_devices(ctx: Context) -> tuple[list, str]:
 
 
 def check_backends(ctx: Context) -> Verdict:
+    """What jax.devices() does, judged by one rule (devctl.checks.diagnosis.severity_of): fail when it raises,
+    exits, crashes or hangs, or an expected platform (--platform) is missing; warn when JAX works but leaves this
+    machine's accelerator unused; pass when it works on what is here, naming what it skips."""
     inv = ctx.inventory()
     exp = ctx.expectations
     rows = [b for b in inv.backends if not b.plugin]  # plugin failures belong to the plugins check
     ok = [b for b in rows if b.status is BackendStatus.OK]
-    problems, remedies, reported = [], [], set()
-    # JAX raises at jax.devices() when a platform JAX_PLATFORMS names fails: those are required too.
-    listed = [p.strip().lower() for p in os.environ.get("JAX_PLATFORMS", "").split(",") if p.strip()]
-    required = [(p, "expected") for p in exp.platforms or ()] + [(p, "JAX_PLATFORMS names") for p in listed]
-    for expected, why in required:
-        if any(platform_matches(expected, b.platform) for b in ok):
-            continue
-        related = [b for b in rows if platform_matches(expected, b.platform)]
-        if related:
-            b = related[0]
-            if b.platform in reported:
-                continue
-            reported.add(b.platform)
-            problems.append(f"{why} {expected}: {_failure(b, exp.timeout_s)}")
-            if why.startswith("JAX_PLATFORMS"):
-                remedies.append(f"drop {expected} from JAX_PLATFORMS, or unset it so JAX picks what works ({b.hint or b.status.value})")
-            else:
-                remedies.append(b.hint or "run devctl doctor for a diagnosis")
-        else:
-            problems.append(f"{why} {expected}: no {expected} backend is installed")
-            remedies.append(_install_hint(expected))
-    for b in rows:
-        # JAX raises at jax.devices() for these (a quiet TPU failure with no chip was already made "skipped").
-        if b.platform not in reported and b.status in (BackendStatus.FAILED, BackendStatus.TIMEOUT, BackendStatus.CRASHED):
-            problems.append(_failure(b, exp.timeout_s))
-            remedies.append(b.hint or "run devctl doctor for a diagnosis")
+    down = [b for b in rows if b.status in (BackendStatus.FAILED, BackendStatus.TIMEOUT, BackendStatus.CRASHED, BackendStatus.EXITED)]
     details = {
         "backends": {b.platform: {"status": b.status.value, "init_s": b.init_s, "error": b.error, "code": b.code} for b in rows},
         "default_platform": inv.default_platform,
     }
+    problems, remedies = [], []
+    for expected in exp.platforms or ():
+        if any(platform_matches(expected, b.platform) for b in ok):
+            continue
+        related = [b for b in rows if platform_matches(expected, b.platform)]
+        if related:
+            problems.append(f"expected {expected}: {_failure(related[0], exp.timeout_s)}")
+            remedies.append(related[0].hint or "run devctl doctor for a diagnosis")
+        else:
+            problems.append(f"expected {expected}: no {expected} backend is installed")
+            remedies.append(_install_hint(expected))
     outcome = inv.jax_outcome
     if outcome is not None and outcome.fails:
         # JAX as a whole fails: that is the verdict, with the advice list and doctor give for it.
         details["code"] = outcome.code
-        lines = [f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit}"] + problems
+        others = [_failure(b, exp.timeout_s) for b in down if b.platform != outcome.culprit]
+        lines = [f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit}", *problems, *others]
         return failed(join(lines, 2), outcome.fix or "run devctl doctor for a diagnosis", **details)
     if problems:
         return failed(join(problems, 2), remedies[0], **details)
@@ -83,7 +72,12 @@ def check_backends(ctx: Context) -> Verdict:
         why = join([_failure(b, exp.timeout_s) for b in rows], 2) or "no backend is registered"
         return failed(f"no JAX backend initialized: {why}", "run devctl doctor for a diagnosis", **details)
     summary = ", ".join(f"{b.platform} ({b.init_s:.2f} s)" if b.init_s is not None else b.platform for b in ok)
-    return passed(f"initialized: {summary}; default {inv.default_platform}", **details)
+    summary = f"initialized: {summary}; default {inv.default_platform}"
+    skipped = [f"{b.platform} {b.status.value}" + (f" ({b.summary})" if b.summary else "") for b in down]
+    if down and inv.unused_accelerators:
+        # JAX works, but not on this machine's accelerator: the advice of the row that should have used it.
+        return warned(f"{summary}; {join(skipped, 2)}", next((b.hint for b in down if b.hint), None) or "run devctl doctor", **details)
+    return passed(f"{summary}; JAX goes on without {join(skipped, 2)}" if skipped else summary, **details)
 
 
 def _failure(b, timeout_s: float) -> str:

@@ -17,6 +17,7 @@ from devctl.checks.rules_software import unrecognized_failures
 from devctl.checks.scene import Draft, Scene, Severity
 from devctl.model.check import CheckStatus
 from devctl.model.doctor import DoctorFinding
+from devctl.model.list_ import BackendStatus
 
 # In this order: when two rules draft one finding, the first one's evidence leads and its fix wins.
 RULES = (
@@ -61,10 +62,30 @@ def diagnose(s: Scene) -> list[DoctorFinding]:
         m.fix = m.fix or d.fix
         if d.severity == "error":
             m.severity = "error"
+    for d in merged.values():
+        d.severity = severity_of(s, d)
     merged.update(_unexplained(s, merged))
     order = list(CATALOGUE)
     findings = [_finding(d) for d in merged.values()]
-    return sorted(findings, key=lambda f: (f.severity != "error", order.index(f.id)))
+    rank = {"error": 0, "warning": 1, "info": 2}
+    return sorted(findings, key=lambda f: (rank[f.severity], order.index(f.id)))
+
+
+def severity_of(s: Scene, d: Draft) -> Severity:
+    """One rule for a finding about what JAX uses (it explains a backend or plugin that did not start, or the
+    backends, devices or plugins it finds): an error when jax.devices() fails, a warning when JAX works but leaves
+    this machine's accelerator unused, info when JAX runs on what is here (a CUDA plugin without a GPU,
+    JAX_PLATFORMS naming a platform it skips, a plugin JAX logs and goes on without). Other findings (versions
+    that only put a run at risk, the host) keep theirs."""
+    down = [b for b in s.inv.backends if b.platform in d.backends and b.status is not BackendStatus.OK]
+    if not down and not set(d.checks) & {"backends", "devices", "plugins"}:
+        return d.severity
+    outcome = getattr(s.inv, "jax_outcome", None)
+    if outcome is not None and outcome.fails:
+        return "error"
+    if s.inv.unused_accelerators:
+        return "warning"
+    return "info"
 
 
 def _unexplained(s: Scene, merged: dict[str, Draft]) -> dict[str, Draft]:

@@ -10,12 +10,12 @@ import os
 import re
 from typing import Iterable
 
+from devctl.checks.advice import HIDDEN_GPU_VALUES, UNHIDE_GPUS
 from devctl.checks.catalogue import CUDA_FIX
 from devctl.checks.scene import Draft, Scene, cuda_for_branch, driver_branch, few
 from devctl.units import format_bytes
 
 _PREALLOCATE_OFF = ("false", "False", "0")
-_HIDDEN_GPU_VALUES = ("", "-1", "none", "NoDevFiles")
 
 
 def cuda_plugin_missing(s: Scene) -> Iterable[Draft]:
@@ -54,12 +54,12 @@ def hidden_gpus(s: Scene) -> Iterable[Draft]:
     if not gpus or s.ok("cuda"):
         return
     value = s.environ.get("CUDA_VISIBLE_DEVICES")
-    if value is not None and value.strip() in _HIDDEN_GPU_VALUES:
+    if value is not None and value.strip() in HIDDEN_GPU_VALUES:
         yield Draft(
             "no-visible-gpu",
             [f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU from CUDA, and {len(gpus)} NVIDIA GPU(s) are present"],
             ["devices", "backends", "env"],
-            fix="unset CUDA_VISIBLE_DEVICES, or list the GPUs this job should use (CUDA_VISIBLE_DEVICES=0,1,...)",
+            fix=UNHIDE_GPUS,
             backends=s.cuda_rows(),
         )
     bound = [f.address for f in s.hw.nvidia_pci if f.driver == "nvidia"]

@@ -12,7 +12,6 @@ from devctl.checks.advice import finding_of
 from devctl.checks.catalogue import MESSAGES
 from devctl.checks.scene import BROKEN, Draft, Scene, Severity, explained_by_evidence
 from devctl.model.env import EnvFinding
-from devctl.model.list_ import BackendStatus
 
 # A TPU finding already explains why the tpu backend and libtpu fail: they are not named again.
 _TPU_IDS = ("tpu-held", "libtpu-missing", "tpu-device-permission", "multihost-slice-waiting")
@@ -61,21 +60,23 @@ def known_messages(s: Scene) -> Iterable[Draft]:
 
 
 def jax_platforms_unavailable(s: Scene) -> Iterable[Draft]:
+    """JAX_PLATFORMS names a platform that does not start here (or no platform at all: "CPU", " cpu", "cpu,"):
+    the one advice list gives (devctl.checks.advice.jax_platforms), whatever JAX then does."""
+    from devctl.checks.advice import jax_platforms
     from devctl.checks.backends import platform_matches
 
-    listed = [p.strip().lower() for p in (s.environ.get("JAX_PLATFORMS") or "").split(",") if p.strip()]
-    for name in listed:
-        if any(platform_matches(name, b.platform) and b.status is BackendStatus.OK for b in s.inv.backends):
-            continue
-        rows = [b for b in s.inv.backends if platform_matches(name, b.platform)]
-        state = f"the {rows[0].platform} backend {rows[0].status.value}: {rows[0].error}" if rows else f"no {name} backend is installed"
-        yield Draft(
-            "jax-platforms-unavailable",
-            [f"JAX_PLATFORMS={s.environ['JAX_PLATFORMS']!r}, and {state}"],
-            ["backends", "devices", "env"],
-            fix=f"drop {name} from JAX_PLATFORMS, or unset it so JAX picks the best available backend",
-            backends=s.not_ok(rows),
-        )
+    found = jax_platforms(s.environ, s.inv.backends)
+    if found is None:
+        return
+    entries = (s.environ.get("JAX_PLATFORMS") or "").split(",")
+    names = [e.strip().lower() for e in entries if e.strip()]
+    # The rows of the platforms it names, and those only its misnamed entries made ("CPU", " cpu", "").
+    rows = [b for b in s.inv.backends if b.platform in entries or any(platform_matches(n, b.platform) for n in names)]
+    outcome = getattr(s.inv, "jax_outcome", None)
+    evidence = [found.summary]
+    if outcome is not None and outcome.result == "ok":
+        evidence.append(f"JAX skips what does not start and runs on {outcome.default_backend}")
+    yield Draft("jax-platforms-unavailable", evidence, ["backends", "devices", "env"], fix=found.fix, backends=s.not_ok(rows))
 
 
 def version_skew(s: Scene) -> Iterable[Draft]:
@@ -155,8 +156,11 @@ def unrecognized_failures(s: Scene, drafts: list[Draft]) -> Iterable[Draft]:
     Runs after every rule of diagnosis.RULES, with their drafts: an error they already quote is not repeated."""
     said = " ".join(e for d in drafts for e in d.evidence)
     tpu_explained = any(d.id in _TPU_IDS for d in drafts)
+    rows_explained = {r for d in drafts for r in d.backends}  # a rule that names the row has said why it fails
     for b in s.inv.backends:
         if b.status not in BROKEN or (b.error and b.error in said) or (b.platform == "tpu" and tpu_explained) or explained_by_evidence(b):
+            continue
+        if b.platform in rows_explained:
             continue
         evidence = [f"{b.platform} {'plugin' if b.plugin else 'backend'} {b.status.value}: {b.error}"]
         if b.plugin:

@@ -20,7 +20,7 @@ from devctl.model.list_ import BackendInfo, BackendStatus, Hardware, Inventory
 from devctl.model.plugins import PluginReport
 
 BROKEN = (BackendStatus.FAILED, BackendStatus.TIMEOUT, BackendStatus.CRASHED)
-Severity = Literal["error", "warning"]  # model.doctor.DoctorFinding.severity
+Severity = Literal["error", "warning", "info"]  # model.doctor.DoctorFinding.severity
 
 # Advice (devctl.checks.advice) reached from the machine's evidence, not from error text: list, check and doctor say the same.
 EVIDENCE_FIRST = ("cuda-plugin-without-gpu", "nvidia-driver-not-mounted", "rocm-plugin-without-gpu", "pjrt-entry-broken")

@@ -68,7 +68,14 @@ def check_plugins(ctx: Context) -> Verdict:
         codes.append(row.code)
     details = {"plugins": names, "problems": problems}
     if problems:
-        return failed(join(problems, 2), remedies[0], code=codes[0], **details)
+        # The one rule (devctl.checks.diagnosis.severity_of): a failure when jax.devices() fails, a warning when
+        # JAX works but leaves this machine's accelerator unused, else JAX goes on without them (info).
+        outcome = inv.jax_outcome
+        if outcome is None or outcome.fails:
+            return failed(join(problems, 2), remedies[0], code=codes[0], **details)
+        if inv.unused_accelerators:
+            return warned(join(problems, 2), remedies[0], code=codes[0], **details)
+        return passed(f"JAX works without {join(problems, 2)}", code=codes[0], fix=remedies[0], **details)
     if not names:
         return passed("no JAX plugins installed: nothing to load beyond jaxlib's own CPU backend", **details)
     return passed(f"{len(names)} plugin(s) load: {', '.join(names)}", **details)

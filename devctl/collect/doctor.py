@@ -79,7 +79,9 @@ def overview(s: Scene, findings: list[DoctorFinding]) -> Overview:
             state = b.status.value if b.status is not BackendStatus.OK else f"ok ({b.device_count} device(s))"
             why = f": {b.hint or b.error}" if b.status is not BackendStatus.OK and (b.hint or b.error) else ""
             will.append(f"{b.platform}: {state}{why}")
-    return Overview(sees=sees, jax_will_use=will, default_platform=default, device_count=len(devices), device_kinds=kinds)
+    return Overview(
+        sees=sees, jax_will_use=will, default_platform=default, device_count=len(devices), device_kinds=kinds, jax_outcome=inv.jax_outcome
+    )
 
 
 # A post-mortem this recent is said in the overview: the job that died of it is likely the one being debugged.
@@ -140,7 +142,7 @@ def doctor(host_root: str = "/", timeout_s: float = 30.0) -> DoctorReport:
         devctl_version=__version__,
         timestamp=time.time(),
         hostname=socket.gethostname(),
-        status="problems" if findings else "ok",
+        status="problems" if any(f.severity != "info" for f in findings) else "ok",
         overview=seen,
         findings=findings,
         checks=results,

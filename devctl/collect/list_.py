@@ -75,7 +75,8 @@ def collect_inventory(
 def assemble_inventory(probe, hardware: Hardware, plugins: list, host, started: float) -> Inventory:
     """The inventory from a backend probe and discovery's findings (also used per process under --distributed)."""
     devices = match_nvml(probe.devices, hardware.nvidia)
-    backends = [with_hint(quiet_tpu_without_chips(b, hardware), hardware) for b in probe.backends]
+    quiet = [quiet_tpu_without_chips(b, hardware) for b in probe.backends]
+    backends = [with_hint(b, hardware, quiet) for b in quiet]
     return Inventory(
         schema=SCHEMA,
         devctl_version=__version__,
@@ -172,13 +173,13 @@ def _why_not(backend: BackendInfo | None, default: str) -> str:
     return f"{backend.platform} backend {backend.status.value}: {backend.error}"
 
 
-def with_hint(b: BackendInfo, hw: Hardware) -> BackendInfo:
+def with_hint(b: BackendInfo, hw: Hardware, backends: list[BackendInfo] | None = None) -> BackendInfo:
     """The row with its one-line advice and finding code (the same that check and doctor give)."""
     from devctl.checks.advice import for_row
 
     if b.status is BackendStatus.OK or b.hint:
         return b
-    advice = for_row(b, hw)
+    advice = for_row(b, hw, backends=backends)
     if advice is None:
         return b
     return dataclasses.replace(b, hint=advice.fix, code=advice.code, summary=advice.summary)

@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 
 from devctl.model import json_schema
 from devctl.model.check import CHECK_NAMES, FINDING_CODE_PATTERN, CheckResult
+from devctl.model.list_ import JaxOutcome
 
 DOCTOR_SCHEMA = "devctl.doctor/1"
 
@@ -30,7 +31,10 @@ class DoctorFinding:
     id: str = field(metadata=json_schema(pattern="^[a-z0-9-]+$"))  # KnownFailure.id: stable catalogue id, e.g. "tpu-held"
     catalogue_number: int | None = field(metadata=json_schema(minimum=1))  # its number in failure-modes.md; None for devctl's own entries
     title: str
-    severity: Literal["error", "warning"]  # "error": JAX fails or leaves hardware unused; "warning": it runs, badly or at risk
+    # For what JAX uses, one rule: "error" when jax.devices() raises, exits, crashes or hangs; "warning" when JAX
+    # works but not on the hardware this machine has; "info" otherwise (JAX runs on what is here). Other findings
+    # (versions, the host) say how badly or at what risk it runs.
+    severity: Literal["error", "warning", "info"]
     evidence: list[str] = field(metadata=json_schema(minItems=1))  # exact messages or facts, one per line
     cause: str
     fix: str  # the command or setting
@@ -49,11 +53,13 @@ class Overview:
     default_platform: str | None
     device_count: int = field(metadata=json_schema(minimum=0))
     device_kinds: list[str]
+    jax_outcome: JaxOutcome | None = None  # what jax.devices() does: devctl list's prediction, with its one fix
 
 
 @dataclass(frozen=True)
 class DoctorReport:
-    """What devctl sees, what JAX will use, and every known failure found. Exit status 0 when findings is empty, 1 otherwise."""
+    """What devctl sees, what JAX will use, and every known failure found. Exit status 1 when a finding is an error
+    or a warning, else 0 (info findings say what JAX skips where that changes nothing here)."""
 
     # doctor runs on one host: its checks' names are bare CheckNames, never followed by a process.
     JSON_SCHEMA: ClassVar[dict[str, Any]] = {
@@ -71,5 +77,9 @@ class DoctorReport:
     elapsed_s: float = field(metadata=json_schema(minimum=0))
 
     @property
+    def problems(self) -> list[DoctorFinding]:
+        return [f for f in self.findings if f.severity != "info"]
+
+    @property
     def exit_code(self) -> int:
-        return 1 if self.findings else 0
+        return 1 if self.problems else 0

@@ -22,20 +22,24 @@ def render_doctor(report: DoctorReport) -> None:
     for line in report.overview.jax_will_use:
         say(line, indent="  ", hang="    ")
     say("")
-    if not report.findings:
+    problems = report.problems
+    if not problems:
         say("No problems found.", style="bold green")
     else:
-        say(f"Problems found: {len(report.findings)}", style="bold red")
-        for i, f in enumerate(report.findings, 1):
-            number = f"#{f.catalogue_number} " if f.catalogue_number else ""
+        say(f"Problems found: {len(problems)}", style="bold red")
+    for i, f in enumerate(report.findings, 1):  # errors, then warnings, then info
+        if f.severity == "info" and i == len(problems) + 1:
             say("")
-            say(f"{i}. {f.title}  [{number}{f.code}, {f.severity}]", hang="   ", style="bold")
-            for e in f.evidence:
-                _labelled("evidence:", e)
-            _labelled("cause:", f.cause)
-            _labelled("fix:", f.fix)
-            if f.references:
-                _labelled("see:", ", ".join(f.references[:2]))
+            say("Notes: JAX works on what this machine has; change these only if you expected otherwise", style="bold")
+        number = f"#{f.catalogue_number} " if f.catalogue_number else ""
+        say("")
+        say(f"{i}. {f.title}  [{number}{f.code}, {f.severity}]", hang="   ", style="bold")
+        for e in f.evidence:
+            _labelled("evidence:", e)
+        _labelled("cause:", f.cause)
+        _labelled("fix:", f.fix)
+        if f.references:
+            _labelled("see:", ", ".join(f.references[:2]))
     say("")
     say(_checks_line(report.checks), style="dim")
 
