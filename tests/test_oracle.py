@@ -121,6 +121,14 @@ SCENARIOS = [
     Scenario("plugin-hangs", setup=_plugin("hangs"), expect="hangs", timeout=8),
     Scenario("plugin-registers-missing-library", setup=_registers("/nonexistent/libpluggy.so")),
     Scenario("plugin-registered-but-jax-platforms-cpu", {"JAX_PLATFORMS": "cpu"}, setup=_registers("good")),
+    # JAX_PLATFORMS as JAX splits it (issue 21): a platform skipped where JAX goes on, names it does not know.
+    Scenario("jax-platforms-cuda-cpu-no-gpu", {"JAX_PLATFORMS": "cuda,cpu"}),
+    Scenario("jax-platforms-trailing-comma", {"JAX_PLATFORMS": "cpu,"}, expect="raises"),
+    Scenario("jax-platforms-leading-space", {"JAX_PLATFORMS": " cpu"}, expect="raises"),
+    Scenario("jax-platforms-empty-entry", {"JAX_PLATFORMS": "cpu,,tpu"}, expect="raises"),
+    Scenario("jax-platforms-gpu-cpu-no-gpu", {"JAX_PLATFORMS": "gpu,cpu"}, expect="raises"),
+    Scenario("jax-platforms-unknown-then-cpu", {"JAX_PLATFORMS": "foo,cpu"}, expect="raises"),
+    Scenario("cuda-visible-devices-empty-no-gpu", {"CUDA_VISIBLE_DEVICES": ""}),
     # XLA's flag parser ends the process inside jax.devices() (exit status 1, nothing to catch).
     Scenario("xla-flags-unknown-flag", {"XLA_FLAGS": "--xla_no_such_flag=1"}, expect="exits"),
     Scenario("xla-flags-bad-value", {"XLA_FLAGS": "--xla_force_host_platform_device_count=abc"}, expect="exits"),
