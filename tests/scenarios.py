@@ -93,6 +93,16 @@ VENVS: dict[str, Venv] = {
         [["jax==0.9.2"], ["--no-deps", f"jaxlib=={JAX}"]],
         note="jaxlib 0.10.2 under jax 0.9.2",
     ),
+    "jaxlib-missing": Venv(
+        [["--no-deps", f"jax=={JAX}"], ["ml_dtypes", "numpy", "opt_einsum", "scipy"]],
+        note="jax without jaxlib: `import jax` raises",
+    ),
+    "cuda12-plugin-without-pjrt": Venv(
+        [[f"jax[cuda12]=={JAX}"], ["uninstall", "jax-cuda12-pjrt"]], note="jax-cuda12-plugin without jax-cuda12-pjrt (pip check flags it)"
+    ),
+    "cuda12-pjrt-without-plugin": Venv(
+        [[f"jax[cuda12]=={JAX}"], ["uninstall", "jax-cuda12-plugin"]], note="jax-cuda12-pjrt without jax-cuda12-plugin"
+    ),
     "jax-0.4.36": Venv([["jax==0.4.36", "jaxlib==0.4.36"]], note="the oldest jax devctl supports, CPU"),
     "jax-0.4.36-cuda12": Venv([["jax[cuda12]==0.4.36"]], note="the oldest supported jax with its CUDA 12 extra"),
     "py312-jax-0.12": Venv([["jax==0.12.0.1", "jaxlib==0.12.0.1"]], python="python3.12", note="the newest jax on Python 3.12"),

@@ -131,14 +131,17 @@ def test_env_values_jax_rejects_fail():
 def test_version_skew_in_package_metadata_fails_versions(tmp_path):
     _dist_info(tmp_path, "jaxlib", "0.0.1")
     _dist_info(tmp_path, "jax-cuda12-plugin", "0.0.2")
-    (versions,) = _doc(run_devctl("check", "--only", "versions", "--json", env=_with_site(tmp_path)), 1)["checks"]
-    assert versions["status"] == "fail"
+    (versions,) = _doc(run_devctl("check", "--only", "versions", "--json", env=_with_site(tmp_path)), 0)["checks"]
+    # Only the metadata is skewed: the jaxlib Python imports is this venv's, and jax.devices() works. By the one
+    # rule (a failure where JAX fails) the skew is said, with its fix, and does not fail the run; where it does
+    # make JAX fail, versions fails (tests/test_oracle_heavy.py: a real jaxlib newer than jax).
+    assert versions["status"] == "pass" and versions["message"].startswith("JAX works on what is here; ")
     assert "jaxlib is version 0.0.1, but this version of jax requires" in versions["message"]
     # jaxlib's own words (plugin_support.check_plugin_version names the module).
     assert any("JAX plugin jax_cuda12_plugin version 0.0.2" in f and "not compatible" in f for f in versions["details"]["findings"])
     # One fix for both skews: jax's own pins for its release.
-    assert versions["remediation"].startswith("pip install -U 'jax[cuda12")
-    assert versions["details"]["fix"]["command"] == versions["remediation"]
+    assert versions["details"]["remedy"].startswith("pip install -U 'jax[cuda12")
+    assert versions["details"]["fix"]["command"] == versions["details"]["remedy"]
 
 
 # ---- plugins and backends: real failing plugins ---------------------------------------------------------

@@ -85,7 +85,8 @@ def test_nvidia_host_without_cuda_plugin_and_a_broken_driver_setup(tmp_path):
     assert "0000:05:00.0" in _evidence(fabric) and "nvidia-fabricmanager-550" in fabric["fix"]
     assert "kernel module 550.54.15" in _evidence(found["driver-library-mismatch"]) and "550.90.07" in _evidence(found["driver-library-mismatch"])
     too_old = found["driver-too-old"]
-    assert "CUDA 12.4" in _evidence(too_old) and "13.0" in _evidence(too_old) and too_old["severity"] == "error"
+    # JAX works, on the CPU, and leaves the 8 GPUs unused: a warning by the one rule.
+    assert "CUDA 12.4" in _evidence(too_old) and "13.0" in _evidence(too_old) and too_old["severity"] == "warning"
     assert str(old) in _evidence(found["cuda-library-shadowed"]) and "libcudnn.so.8" in _evidence(found["cuda-library-shadowed"])
     assert "unset LD_LIBRARY_PATH" in found["cuda-library-shadowed"]["fix"]
     contention = _evidence(found["preallocation-contention"])

@@ -259,3 +259,20 @@ def test_a_backend_no_finding_explains_keeps_its_own_advice(monkeypatch):
     assert explanations(findings) == {}
     unexplained = DoctorFinding("plugin-broken", None, "a JAX plugin fails to load", "error", ["x"], "c", "f", code="DEVCTL_FR_PLUGIN_BROKEN")
     assert explanations([unexplained]) == {}  # a finding that names no backend explains none
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_a_hidden_gpu_is_said_only_where_there_is_a_gpu(monkeypatch, gpus):
+    """Evidence first: the CUDA plugin's initialize() says CUDA_ERROR_NO_DEVICE wherever there is no GPU at all;
+    that is a CUDA plugin without a GPU (JAX runs on the CPU: info), never GPUs hidden by CUDA_VISIBLE_DEVICES."""
+    from devctl.checks.rules_software import known_messages
+
+    events = [_plugin(NO_DEVICE), _backend("cpu"), _backend("tpu", NO_LIBTPU, "JaxRuntimeError", quiet=True)]
+    scene = _scene(monkeypatch, events, {}, _hardware(gpus=gpus))
+    findings, lines = _doctor(scene)
+    by_id = {f.id: f for f in findings}
+    if gpus == 0:
+        assert "no-visible-gpu" not in by_id and by_id["cuda-plugin-without-gpu"].severity == "info", by_id
+    # Whatever the row path says, the words alone never name hidden GPUs without one (a plugin's own error text).
+    monkeypatch.setattr(scene, "errors", lambda: [("plugin xla_cuda13", NO_DEVICE, ["plugins"], ["xla_cuda13"])])
+    assert [d.id for d in known_messages(scene)] == ([] if gpus == 0 else ["no-visible-gpu"])

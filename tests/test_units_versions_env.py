@@ -31,8 +31,9 @@ def stack(jax: str | None = "0.10.2", jaxlib: str | None = "0.10.2", *more: Pack
 def test_missing_jax_or_jaxlib_is_the_only_finding():
     (f,) = check_versions(stack(jax=None), "0.10.0", None)
     assert (f.severity, f.packages, f.message, f.remediation) == ("error", ["jax"], "jax is not installed", "pip install -U jax")
-    (f,) = check_versions(stack("0.10.2", None, PackageVersion("jax-cuda12-plugin", "0.9.0", "plugin")), "0.10.0", None)
-    assert f.message == "jaxlib is not installed" and f.remediation == "pip install -U jax jaxlib"
+    (f,) = check_versions(stack("0.10.2", None, *cuda12("0.9.0")), "0.10.0", None)
+    assert f.message == "jaxlib is not installed: `import jax` raises (jax requires jaxlib to be installed)"
+    assert f.remediation == "pip install -U jax jaxlib"  # without the one fix computed
     assert len(check_versions(stack(jax=None, jaxlib=None), None, None)) == 2
 
 
@@ -45,14 +46,31 @@ def test_jaxlib_older_than_jax_s_minimum_in_jax_s_words():
 
 def test_versions_are_compared_as_jax_compares_them():
     """JAX compares the dotted numeric prefix: a post release or a dev build of the same numbers is the same."""
-    assert check_versions(stack("0.10.2", "0.10.2.post1", PackageVersion("jax-cuda12-plugin", "0.10.2.dev20251101", "plugin")), "0.10.0", None) == []
+    assert check_versions(stack("0.10.2", "0.10.2.post1", *cuda12("0.10.2.dev20251101")), "0.10.0", None) == []
     (f,) = check_versions(stack("0.10.2", "0.10.10"), None, None)
     assert "jaxlib version 0.10.10 is newer than" in f.message  # 10 > 2, not "10" < "2"
 
 
 def test_rocm_plugins_are_exempt_from_jaxlib_s_plugin_check():
-    more = PackageVersion("jax-rocm7-plugin", "0.9.2", "plugin")
-    assert check_versions(stack("0.10.2", "0.10.2", more), None, None) == []
+    more = [PackageVersion("jax-rocm7-plugin", "0.9.2", "plugin"), PackageVersion("jax-rocm7-pjrt", "0.10.2", "pjrt")]
+    assert check_versions(stack("0.10.2", "0.10.2", *more), None, None) == []
+
+
+def cuda12(version: str) -> list[PackageVersion]:
+    return [PackageVersion("jax-cuda12-plugin", version, "plugin"), PackageVersion("jax-cuda12-pjrt", version, "pjrt")]
+
+
+@pytest.mark.parametrize("half", ["plugin", "pjrt"])
+def test_one_half_of_a_plugin_is_a_finding_with_the_one_fix(half):
+    """`pip check` flags jax-cuda12-plugin without jax-cuda12-pjrt (and the reverse): JAX has no CUDA backend."""
+    packages = stack("0.10.2", "0.10.2", PackageVersion(f"jax-cuda12-{half}", "0.10.2", half))
+    fix = stack_fix(packages, requires=REQUIRES, with_cuda=True)
+    missing = "pjrt" if half == "plugin" else "plugin"
+    assert fix is not None and fix.command == "pip install -U 'jax[cuda12]==0.10.2'"
+    assert [(c.name, c.installed) for c in fix.changes] == [(f"jax-cuda12-{missing}", None)]
+    (f,) = check_versions(packages, None, None, fix=fix)
+    assert f.severity == "warning" and f.packages == [f"jax-cuda12-{half}", f"jax-cuda12-{missing}"] and f.remediation == fix.command
+    assert f"jax-cuda12-{half} 0.10.2 is installed without jax-cuda12-{missing}" in f.message
 
 
 def test_a_package_without_a_version_is_not_judged():
@@ -83,7 +101,7 @@ def test_a_libtpu_whose_library_jaxlib_refuses_is_an_error_with_jaxlib_s_words()
 
 def test_a_pjrt_package_whose_verdict_is_unknown_says_so():
     pjrt = PackageVersion("jax-cuda12-pjrt", "0.9.2", "pjrt", None, None, None)
-    (f,) = check_versions(stack("0.10.2", "0.10.2", pjrt), None, None)
+    (f,) = check_versions(stack("0.10.2", "0.10.2", pjrt, PackageVersion("jax-cuda12-plugin", "0.10.2", "plugin")), None, None)
     assert f.severity == "warning"
     assert "whether jaxlib accepts its library is unknown (its PJRT C API version was not read)" in f.message
 
@@ -127,8 +145,8 @@ def test_the_fix_summary_lists_each_change_jaxlib_first():
 
 
 def test_names_are_normalised_as_pip_does():
-    fix = plan_stack_fix("0.10.2", {"JAX_CUDA12.Plugin": "0.9.2", "jaxlib": "0.10.2"}, REQUIRES)
-    assert [(c.name, c.installed) for c in fix.changes] == [("jax-cuda12-plugin", "0.9.2")]
+    fix = plan_stack_fix("0.10.2", {"JAX_CUDA12.Plugin": "0.9.2", "jax_cuda12-PJRT": "0.9.2", "jaxlib": "0.10.2"}, REQUIRES)
+    assert [(c.name, c.installed) for c in fix.changes] == [("jax-cuda12-pjrt", "0.9.2"), ("jax-cuda12-plugin", "0.9.2")]
     assert fix.command == "pip install -U 'jax[cuda12-local]==0.10.2'"
 
 

@@ -164,6 +164,7 @@ def test_an_accepted_pjrt_skew_is_a_warning_and_predicts_no_crash():
         PackageVersion("jax", "0.10.2", "jax"),
         PackageVersion("jaxlib", "0.10.2", "jaxlib", pjrt_api_version=V(0, 112)),
         PackageVersion("jax-cuda12-pjrt", "0.9.2", "pjrt", **lib),
+        PackageVersion("jax-cuda12-plugin", "0.10.2", "plugin"),
     ]
     (finding,) = check_versions(packages, "0.10.1", None, framework=COMPATIBLE)
     assert finding.severity == "warning", finding
@@ -176,7 +177,7 @@ def test_an_accepted_pjrt_skew_is_a_warning_and_predicts_no_crash():
 
 
 def test_a_jaxlib_without_the_plugin_check_is_not_said_to_ignore_the_plugin():
-    packages = _packages("0.4.36", jaxlib="0.4.36", jax_cuda12_plugin="0.4.35")
+    packages = _packages("0.4.36", jaxlib="0.4.36", jax_cuda12_plugin="0.4.35", jax_cuda12_pjrt="0.4.36")
     (finding,) = check_versions(packages, "0.4.36", None, plugin_check=False)
     assert finding.severity == "warning" and "will not be used" not in finding.message, finding
     (finding,) = check_versions(packages, "0.4.36", None, plugin_check=True)

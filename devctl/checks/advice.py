@@ -218,6 +218,14 @@ _JAXLIB_OLDER = re.compile(r"jaxlib is version (\S+), but this version of jax re
 def jax_import(row: BackendInfo) -> Advice:
     """`import jax` itself raises (or dies): every JAX program fails before any backend or plugin is touched."""
     error = row.error or ""
+    if "jax requires jaxlib to be installed" in error:
+        from devctl.discovery.versions import installed_packages, stack_fix
+
+        fix = stack_fix(installed_packages())
+        return Advice(
+            "jaxlib-missing", "jaxlib is not installed: `import jax` raises, so every JAX program fails; JAX_PLATFORMS does not help",
+            fix.command if fix else "pip install -U jax jaxlib",
+        )
     newer, older = _JAXLIB_NEWER.search(error), _JAXLIB_OLDER.search(error)
     if newer or older:
         # The whole stack at jax's own pins, word for word the `versions` check's one fix: a plugin installed

@@ -149,6 +149,16 @@ CATALOGUE: dict[str, KnownFailure] = {
             "set JAX_PLATFORMS to platforms that work here (devctl list), or unset it so JAX picks the best available",
         ),
         KnownFailure(
+            "plugin-half-installed", None, "a JAX plugin package without its PJRT package, or the reverse",
+            "JAX's plugin module (jax_plugins.xla_cuda12, ...) is the -pjrt package's and its initialize() imports the -plugin package's kernels: with one half, JAX has no backend for that accelerator (pip check names the missing package)",
+            "install both halves at jax's release: pip install -U 'jax[cuda12]==<version>' (or the extra of that plugin)",
+        ),
+        KnownFailure(
+            "jaxlib-missing", None, "jaxlib is not installed",
+            "jax is the Python half of JAX and jaxlib its compiled half; without jaxlib `import jax` raises ModuleNotFoundError",
+            "install the jaxlib of jax's release: pip install -U 'jax==<version>' 'jaxlib==<version>'",
+        ),
+        KnownFailure(
             "xla-flags-invalid", None, "XLA_FLAGS has a flag XLA refuses",
             "XLA parses XLA_FLAGS when the first backend starts; an unknown flag or a value its type does not take makes it log the flag and end the process (exit status 1) inside jax.devices(), with nothing to catch, whatever JAX_PLATFORMS says",
             "remove or correct that flag in XLA_FLAGS",
@@ -216,6 +226,7 @@ MESSAGES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("multihost-slice-waiting", r"TPU backend initialization is taking more than"),
         ("cpu-without-avx", r"built using AVX instructions"),
         ("xla-flags-invalid", r"Unknown flags? in XLA_FLAGS|Couldn't interpret value .* for flag"),
+        ("jaxlib-missing", r"jax requires jaxlib to be installed"),
     )
 )  # fmt: skip
 

@@ -71,14 +71,18 @@ def diagnose(s: Scene) -> list[DoctorFinding]:
     return sorted(findings, key=lambda f: (rank[f.severity], order.index(f.id)))
 
 
+# The checks of what JAX uses: the stack's packages, its plugins, backends and devices.
+JAX_STACK_CHECKS = frozenset({"versions", "plugins", "backends", "devices"})
+
+
 def severity_of(s: Scene, d: Draft) -> Severity:
     """One rule for a finding about what JAX uses (it explains a backend or plugin that did not start, or the
-    backends, devices or plugins it finds): an error when jax.devices() fails, a warning when JAX works but leaves
-    this machine's accelerator unused, info when JAX runs on what is here (a CUDA plugin without a GPU,
-    JAX_PLATFORMS naming a platform it skips, a plugin JAX logs and goes on without). Other findings (versions
-    that only put a run at risk, the host) keep theirs."""
+    stack's versions, plugins, backends or devices): an error when jax.devices() fails, a warning when JAX works
+    but leaves this machine's accelerator unused, info when JAX runs on what is here (a CUDA plugin without a GPU,
+    JAX_PLATFORMS naming a platform it skips, a plugin JAX logs and goes on without, a plugin skew jaxlib refuses
+    there). Other findings (the host, memory, a TPU lockfile) keep theirs."""
     down = [b for b in s.inv.backends if b.platform in d.backends and b.status is not BackendStatus.OK]
-    if not down and not set(d.checks) & {"backends", "devices", "plugins"}:
+    if not down and not set(d.checks) & JAX_STACK_CHECKS:
         return d.severity
     outcome = getattr(s.inv, "jax_outcome", None)
     if outcome is not None and outcome.fails:

@@ -11,6 +11,7 @@ from typing import Iterable
 from devctl.checks.advice import finding_of
 from devctl.checks.catalogue import MESSAGES
 from devctl.checks.scene import BROKEN, Draft, Scene, Severity, explained_by_evidence
+from devctl.discovery.versions import HALF_INSTALLED, JAXLIB_MISSING
 from devctl.model.env import EnvFinding
 
 # A TPU finding already explains why the tpu backend and libtpu fail: they are not named again.
@@ -51,11 +52,17 @@ def evidence_first(s: Scene) -> Iterable[Draft]:
         yield Draft(finding, evidence, ["plugins"] if b.plugin else ["backends"], fix=b.hint, severity=severity, backends=[b.platform])
 
 
+# Entries about NVIDIA GPUs that are there: their words in an error say nothing on a machine without one (the
+# CUDA plugin's initialize() reports CUDA_ERROR_NO_DEVICE wherever there is no GPU at all).
+_NEEDS_NVIDIA_GPU = ("no-visible-gpu", "fabric-manager-missing", "driver-library-mismatch")
+
+
 def known_messages(s: Scene) -> Iterable[Draft]:
-    """Every error devctl collected that carries JAX's or XLA's own words for a catalogue entry."""
+    """Every error devctl collected that carries JAX's or XLA's own words for a catalogue entry, where the
+    machine has what the entry is about (evidence first)."""
     for where, message, checks, rows in s.errors():
         for fid, pattern in MESSAGES:
-            if pattern.search(message):
+            if pattern.search(message) and not (fid in _NEEDS_NVIDIA_GPU and not s.nvidia_gpus()):
                 yield Draft(fid, [f"{where}: {message}"], checks, backends=rows)
 
 
@@ -90,7 +97,11 @@ def version_skew(s: Scene) -> Iterable[Draft]:
         if fix is not None and f.remediation == fix.command:
             stack.append(f)
             continue
-        if pkgs & {"nvidia-driver", "cuda-runtime"}:
+        if f.message == JAXLIB_MISSING:
+            fid = "jaxlib-missing"
+        elif HALF_INSTALLED in f.message:
+            fid = "plugin-half-installed"
+        elif pkgs & {"nvidia-driver", "cuda-runtime"}:
             fid = "driver-too-old"
         elif any(roles.get(p) in ("plugin", "pjrt") for p in pkgs):
             fid = "plugin-version-skew"
@@ -105,7 +116,11 @@ def version_skew(s: Scene) -> Iterable[Draft]:
     if not stack or fix is None:  # stack holds only findings of the one fix
         return
     involved = {roles.get(p) for f in stack for p in f.packages}
-    if any(set(f.packages) == {"jax", "jaxlib"} for f in stack):
+    if any(f.message == JAXLIB_MISSING for f in stack):
+        fid = "jaxlib-missing"
+    elif all(HALF_INSTALLED in f.message for f in stack):
+        fid = "plugin-half-installed"
+    elif any(set(f.packages) == {"jax", "jaxlib"} for f in stack):
         fid = "jax-jaxlib-skew"  # `import jax` raises: the first thing a user meets
     elif involved & {"plugin", "pjrt"}:
         fid = "plugin-version-skew"

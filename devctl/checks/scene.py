@@ -61,7 +61,8 @@ class Scene:
         for b in self.inv.backends:
             if b.error and b.status in BROKEN and not explained_by_evidence(b):
                 out.append((f"{b.platform} backend", b.error, ["plugins"] if b.plugin else ["backends"], [b.platform]))
-        out += [(f"plugin {p.name}", p.error, ["plugins"], self.rows_of_plugin(p)) for p in self.inv.plugins if p.error]
+        evidenced = {b.platform for b in self.inv.backends if explained_by_evidence(b)}  # said once, from the evidence
+        out += [(f"plugin {p.name}", p.error, ["plugins"], self.rows_of_plugin(p)) for p in self.inv.plugins if p.error and p.name not in evidenced]
         reason = getattr(self.hw.nvidia, "reason", None)
         if reason and getattr(self.hw.nvidia, "status", None) == "error":
             out.append(("NVML", reason, ["nvml-health"], self.cuda_rows()))

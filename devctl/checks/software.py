@@ -31,11 +31,19 @@ def check_versions(ctx: Context) -> Verdict:
     fix = env.stack_fix
     if fix is not None:  # one command for every skew: each finding's remediation is this command
         details["fix"] = {"command": fix.command, "changes": [f"{c.name} {c.installed or '(not installed)'} -> {c.target}" for c in fix.changes]}
-    if errors:
-        return failed(join([f.message for f in errors], 2), errors[0].remediation, **details)
-    if warnings:
-        return warned(join([f.message for f in warnings], 2), warnings[0].remediation, **details)
-    return passed(f"{stack or 'jax and jaxlib'}: consistent", **details)
+    found = errors + warnings
+    if not found:
+        return passed(f"{stack or 'jax and jaxlib'}: consistent", **details)
+    # The one rule (devctl.checks.diagnosis.severity_of): fail where JAX fails, warn where it leaves this machine's
+    # accelerator unused, else JAX works on what is here and the skew is said without failing the run.
+    inv = ctx.inventory()
+    outcome = inv.jax_outcome
+    said, remedy = join([f.message for f in found], 2), found[0].remediation
+    if outcome is None or outcome.fails:
+        return failed(said, remedy, **details) if errors else warned(said, remedy, **details)
+    if inv.unused_accelerators:
+        return warned(said, remedy, **details)
+    return passed(f"JAX works on what is here; {said}", remedy=remedy, **details)
 
 
 def check_plugins(ctx: Context) -> Verdict:
@@ -75,7 +83,7 @@ def check_plugins(ctx: Context) -> Verdict:
             return failed(join(problems, 2), remedies[0], code=codes[0], **details)
         if inv.unused_accelerators:
             return warned(join(problems, 2), remedies[0], code=codes[0], **details)
-        return passed(f"JAX works without {join(problems, 2)}", code=codes[0], fix=remedies[0], **details)
+        return passed(f"JAX works without {join(problems, 2)}", code=codes[0], remedy=remedies[0], **details)
     if not names:
         return passed("no JAX plugins installed: nothing to load beyond jaxlib's own CPU backend", **details)
     return passed(f"{len(names)} plugin(s) load: {', '.join(names)}", **details)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 # What each check reads; the runner starts what the selection needs before the first check runs.
 NEEDS: dict[str, frozenset[str]] = {
-    "versions": frozenset({"environment"}),
+    "versions": frozenset({"environment", "inventory"}),
     "plugins": frozenset({"inventory"}),
     "backends": frozenset({"inventory"}),
     "devices": frozenset({"inventory"}),

@@ -245,8 +245,7 @@ def plan_stack_fix(
         version = installed.get(name)
         if target == "?" or _satisfies(version, target):
             continue
-        if version is None and name != "jaxlib" and not name.endswith("-plugin"):
-            continue
+        # Not installed: jaxlib, or the missing half of a plugin family whose other half is (both are targets).
         changes.append(PackageChange(name=name, installed=version, target=target))
     changes.sort(key=lambda c: (c.name != "jaxlib", c.name))
     moved = ", ".join(f"{c.name} {c.installed or '(not installed)'} -> {c.target}" for c in changes)
@@ -304,6 +303,9 @@ def stack_fix(packages: Sequence[PackageVersion], requires: Sequence[str] | None
 # ---- the findings ---------------------------------------------------------------------------------
 
 
+JAXLIB_MISSING = "jaxlib is not installed: `import jax` raises (jax requires jaxlib to be installed)"
+
+
 def check_versions(
     packages: list[PackageVersion],
     minimum_jaxlib: str | None,
@@ -324,10 +326,12 @@ def check_versions(
     if not jax or not jax.version:
         findings.append(EnvFinding("error", ["jax"], "jax is not installed", "pip install -U jax"))
     if not jaxlib or not jaxlib.version:
-        findings.append(EnvFinding("error", ["jaxlib"], "jaxlib is not installed", "pip install -U jax jaxlib"))
+        # jax's own words: `import jax` raises ModuleNotFoundError. The one fix is the stack's, which installs it.
+        findings.append(EnvFinding("error", ["jaxlib"], JAXLIB_MISSING, fix.command if fix else "pip install -U jax jaxlib"))
     if not (jax and jax.version and jaxlib and jaxlib.version):
         return findings
     remedy = fix.command if fix else f"pip install -U 'jax=={jax.version}' 'jaxlib=={jax.version}'"
+    findings += _half_installed(by_name, remedy)
     jl = jaxlib.version
     if minimum_jaxlib and _parse(jl) < _parse(minimum_jaxlib):
         findings.append(
@@ -374,6 +378,30 @@ def check_versions(
                 )
             )  # fmt: skip
     return findings
+
+
+HALF_INSTALLED = "is installed without"  # the words of a plugin without its pjrt package, or the reverse
+
+
+def _half_installed(by_name: Mapping[str, PackageVersion], remedy: str) -> list[EnvFinding]:
+    """A plugin package without its pjrt package, or the reverse (`pip check` names both): JAX's plugin module
+    jax_plugins.xla_<family> is the pjrt package's, and its initialize() imports the plugin package's kernels."""
+    out = []
+    for name, p in by_name.items():
+        m = _PLUGIN_RE.match(name)
+        if not m or not p.version:
+            continue
+        family = m.group(1)
+        plugin, pjrt = f"jax-{family}-plugin", f"jax-{family}-pjrt"
+        other = pjrt if name == plugin else plugin
+        if by_name.get(other) is not None and by_name[other].version:
+            continue
+        if name == plugin:
+            why = f"JAX finds no jax_plugins.xla_{family.replace('-', '_')} module (it is {pjrt}'s), so it has no {family} backend"
+        else:
+            why = f"its plugin's initialize() imports {plugin.replace('-', '_')}, which is missing: JAX logs the error and goes on without {family}"
+        out.append(EnvFinding("warning", [name, other], f"{name} {p.version} {HALF_INSTALLED} {other} (pip check: {plugin} requires {pjrt}): {why}", remedy))
+    return out
 
 
 def _refusal(p: PackageVersion, jaxlib: PackageVersion) -> str:
