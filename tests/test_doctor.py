@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import devctl_env, run_devctl, validate_schema
-from hosttrees import nvidia_host, tpu_v4_host, tpu_v5e_host
+from hosttrees import base_host, nvidia_host, tpu_v4_host, tpu_v5e_host
 from plugin_packages import write_plugin
 from test_one_voice import assert_one_voice
 
@@ -135,6 +135,15 @@ def test_tpu_held_by_another_process_multihost_and_device_problems(tmp_path):
     assert "/dev/vfio/7 does not exist" in _evidence(found["tpu-device-permission"])
     assert "4 hosts" in _evidence(found["multihost-slice-waiting"]) and "--worker=all" in found["multihost-slice-waiting"]["fix"]
     assert "[madvise]" in _evidence(found["tpu-thp-off"])
+
+
+def test_a_lockfile_libtpu_left_on_a_machine_without_tpu_is_nothing(tmp_path):
+    """libtpu 0.0.52 leaves /tmp/libtpu_lockfile after a clean run, on a machine without TPU too: nobody holds it,
+    and nothing here uses it. It was 'a process that used the TPU died'."""
+    host = base_host(tmp_path)
+    host.lockfile("")
+    doc = _doctor("--host-root", str(host.path), env=devctl_env(devices=2), code=0, cwd=tmp_path)
+    assert "tpu-stale-lockfile" not in _findings(doc), doc["findings"]
 
 
 def test_tpu_stale_lockfile_libtpu_not_installed_and_jax_platforms_tpu(tmp_path):
