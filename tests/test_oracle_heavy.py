@@ -327,6 +327,23 @@ def test_cuda_plugin_older_than_jaxlib(tmp_path):
     _apply_env_fix(python, env, no_nvidia_gpu().fix_env, tmp_path)
 
 
+def test_a_skewed_pjrt_under_strict_mode_is_one_cause_with_one_fix(tmp_path):
+    """jax-cuda12-pjrt 0.9.2 under jaxlib 0.10.2 with ENABLE_PJRT_COMPATIBILITY=false: jaxlib refuses its library.
+    It gave three findings and three fixes; the cause is the skew (strict mode only makes it refused), and the
+    stack's fix cures it, said once. The machine's own cause (no GPU) stays a finding of its own."""
+    python = _python("skew-cuda12-plugin-0.9.2")
+    env = {**devctl_env(), "ENABLE_PJRT_COMPATIBILITY": "false"}
+    _predicted(python, env, "ok", tmp_path)
+    findings = _doctor(python, env, tmp_path)
+    assert sorted(f["code"] for f in findings) == sorted([code_of("plugin-version-skew"), code_of("cuda-plugin-without-gpu")]), findings
+    (skew,) = [f for f in findings if f["code"] == code_of("plugin-version-skew")]
+    assert skew["fix"] == "pip install -U 'jax[cuda12]==0.10.2'" and "jaxlib" in " ".join(skew["evidence"])
+    versions = _check(python, env, tmp_path, "versions")["versions"]
+    assert versions["details"]["remedy"] == skew["fix"], versions
+    fixed = _python("skew-cuda12-plugin-0.9.2", [_pip_step(skew["fix"])])
+    assert [f["code"] for f in _doctor(fixed, env, tmp_path)] == [code_of("cuda-plugin-without-gpu")]
+
+
 def test_jaxlib_newer_than_jax(tmp_path):
     """jax 0.9.2 with jaxlib 0.10.2 (--no-deps): `import jax` raises, whatever JAX_PLATFORMS says."""
     python = _python("skew-jaxlib-newer")

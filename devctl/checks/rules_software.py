@@ -151,18 +151,16 @@ def pjrt_api_mismatch(s: Scene) -> Iterable[Draft]:
     for p in s.inv.plugins:
         if not pjrt_refused(p):
             continue
-        by_setting = p.pjrt_refused_by_setting
         packaged = fix_command is not None and (p.distribution or "").replace("_", "-").lower() in stack
-        # Strict mode (ENABLE_PJRT_COMPATIBILITY): the setting; a package of the stack: the one fix; else that entry or
-        # package. Never "set ENABLE_PJRT_COMPATIBILITY=true" for a library compatibility mode itself refuses.
-        remedy = fix_command if packaged and not by_setting else pjrt_remedy(p)
-        yield Draft(
-            "pjrt-api-mismatch",
-            [f"plugin {p.name} ({p.library_path}): {pjrt_refusal(p)}"],
-            ["plugins", "backends"],
-            fix=remedy,
-            backends=s.rows_of_plugin(p),
-        )
+        evidence = [f"plugin {p.name} ({p.library_path}): {pjrt_refusal(p)}"]
+        if packaged:
+            # A package of the stack at another release than jaxlib's: the skew is the cause (strict mode only makes
+            # it refused), and the stack's one fix cures both: one finding with the version skew's.
+            yield Draft("plugin-version-skew", evidence, ["versions", "plugins", "backends"], fix=fix_command, backends=s.rows_of_plugin(p))
+            continue
+        # Strict mode (ENABLE_PJRT_COMPATIBILITY): the setting; else that entry or package. Never "set
+        # ENABLE_PJRT_COMPATIBILITY=true" for a library compatibility mode itself refuses.
+        yield Draft("pjrt-api-mismatch", evidence, ["plugins", "backends"], fix=pjrt_remedy(p), backends=s.rows_of_plugin(p))
 
 
 def unrecognized_failures(s: Scene, drafts: list[Draft]) -> Iterable[Draft]:
