@@ -106,6 +106,12 @@ VENVS: dict[str, Venv] = {
     "jax-0.4.36": Venv([["jax==0.4.36", "jaxlib==0.4.36"]], note="the oldest jax devctl supports, CPU"),
     "jax-0.4.36-cuda12": Venv([["jax[cuda12]==0.4.36"]], note="the oldest supported jax with its CUDA 12 extra"),
     "py312-jax-0.12": Venv([["jax==0.12.0.1", "jaxlib==0.12.0.1"]], python="python3.12", note="the newest jax on Python 3.12"),
+    "py312-jax-0.12-cuda13": Venv(
+        [["jax[cuda13]==0.12.0.1"]], python="python3.12", note="the newest jax with its CUDA 13 extra on Python 3.12, without a GPU"
+    ),
+    "py310-jax-0.6.2-cuda12": Venv(
+        [["jax[cuda12]==0.6.2"]], python="python3.10", note="jax 0.6.2 with its CUDA 12 extra on Python 3.10, without a GPU"
+    ),
 }
 
 
@@ -204,6 +210,14 @@ def scenario_python(name: str, steps: list[list[str]], python: str = "python3.11
             return None
         _build(venv, interpreter, steps, want)
     return bin_python
+
+
+def remove(name: str) -> None:
+    """Remove the venv `name` if this module built it (stamped): a fix's venv, once its check is done, so a heavy
+    run holds only the scenarios' own venvs on disk (each CUDA one is 5 GB)."""
+    venv = cache_root() / name
+    if venv.is_dir() and not venv.is_symlink() and read_stamp(venv) is not None:
+        shutil.rmtree(venv, ignore_errors=True)
 
 
 def _build(venv: Path, interpreter: str, steps: list[list[str]], digest: str) -> None:

@@ -521,10 +521,11 @@ def test_pjrt_package_older_than_jaxlib_is_a_warning(tmp_path):
     assert jaxlib_loads(python, {"cuda": _library(python, tmp_path)}, env)["cuda"]["accepted"] is True
     check, _ = _devctl_json(python, "check", "--only", "versions", env=env, cwd=tmp_path, schema="check")
     (versions,) = check["checks"]
-    assert versions["status"] == "warn", versions
+    # JAX works on the CPU, all this machine has: said with its fix, failing nothing (issue 21's one rule).
+    assert versions["status"] == "pass", versions
     doc, _ = _devctl_json(python, "env", env=env, cwd=tmp_path, schema="env")
     assert [f["severity"] for f in doc["findings"]] == ["warning"], doc["findings"]
-    assert versions["remediation"] == doc["stack_fix"]["command"] == "pip install -U 'jax[cuda12-local]==0.10.2'"
+    assert versions["details"]["remedy"] == doc["stack_fix"]["command"] == "pip install -U 'jax[cuda12-local]==0.10.2'"
     _apply_and_check(name, steps, doc["stack_fix"]["command"], tmp_path)
 
 

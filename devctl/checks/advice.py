@@ -120,12 +120,18 @@ def hidden_gpus(row: BackendInfo, hw, environ: Mapping[str, str]) -> Advice | No
 
 
 def no_nvidia_gpu(row: BackendInfo | None = None) -> Advice:
-    return Advice(
-        "cuda-plugin-without-gpu",
-        "this machine has no NVIDIA GPU (or its driver is not loaded or not mounted into this container); JAX falls back to CPU",
-        f"to silence the CUDA plugin set JAX_PLATFORMS=cpu, or uninstall the CUDA extra (pip uninstall {_cuda_packages(row)})",
-        {"JAX_PLATFORMS": "cpu"},
-    )
+    summary = "this machine has no NVIDIA GPU (or its driver is not loaded or not mounted into this container); JAX falls back to CPU"
+    uninstall = f"uninstall the CUDA extra (pip uninstall {_cuda_packages(row)})"
+    if row is not None and row.plugin and _plugin_ignores_jax_platforms(row.plugin):
+        # jax-cuda12-plugin 0.6.2's initialize() fails before it could look at JAX_PLATFORMS: only uninstalling helps.
+        return Advice("cuda-plugin-without-gpu", summary, f"to silence the CUDA plugin {uninstall}; this release ignores JAX_PLATFORMS")
+    return Advice("cuda-plugin-without-gpu", summary, f"to silence the CUDA plugin set JAX_PLATFORMS=cpu, or {uninstall}", {"JAX_PLATFORMS": "cpu"})
+
+
+def _plugin_ignores_jax_platforms(module: str) -> bool:
+    from devctl.discovery.plugins import honours_jax_platforms
+
+    return honours_jax_platforms(module) is False
 
 
 def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None, backends: list[BackendInfo] | None = None) -> Advice | None:

@@ -404,3 +404,25 @@ def _elf_type(header: bytes) -> int | None:
         return None
     byteorder: Literal["little", "big"] = "little" if header[5] == 1 else "big"  # EI_DATA: 1 little-endian, 2 big-endian
     return int.from_bytes(header[16:18], byteorder)
+
+
+# The words of a plugin's initialize() that stops when JAX_PLATFORMS leaves its platform out (jax-cuda12-plugin
+# 0.10.2 and 0.12's: "Platforms cpu were explicitly requested and do not include CUDA"; 0.6.2's has none).
+_HONOURS_JAX_PLATFORMS = "jax_platforms"
+_SOURCE_CAP = 1 << 20
+
+
+def honours_jax_platforms(module: str) -> bool | None:
+    """Whether the installed plugin module's initialize() reads JAX_PLATFORMS (and so JAX_PLATFORMS=cpu silences
+    its failure), from its own source, located without importing it; None where its source cannot be read."""
+    from devctl.safefs import read_regular
+
+    spec = _find_module_spec(module)
+    origin = getattr(spec, "origin", None) if spec is not None else None
+    if not origin or not origin.endswith(".py"):
+        return None
+    try:
+        source = read_regular(origin, _SOURCE_CAP, follow_symlinks=True, truncate=True)
+    except OSError:
+        return None
+    return _HONOURS_JAX_PLATFORMS.encode() in source

@@ -397,10 +397,10 @@ def _half_installed(by_name: Mapping[str, PackageVersion], remedy: str) -> list[
         if by_name.get(other) is not None and by_name[other].version:
             continue
         if name == plugin:
-            why = f"JAX finds no jax_plugins.xla_{family.replace('-', '_')} module (it is {pjrt}'s), so it has no {family} backend"
+            why = f"JAX finds no jax_plugins.xla_{family.replace('-', '_')} module (it is {pjrt}'s), so it has no {family} backend (pip check: {plugin} requires {pjrt})"
         else:
             why = f"its plugin's initialize() imports {plugin.replace('-', '_')}, which is missing: JAX logs the error and goes on without {family}"
-        out.append(EnvFinding("warning", [name, other], f"{name} {p.version} {HALF_INSTALLED} {other} (pip check: {plugin} requires {pjrt}): {why}", remedy))
+        out.append(EnvFinding("warning", [name, other], f"{name} {p.version} {HALF_INSTALLED} {other}: {why}", remedy))
     return out
 
 

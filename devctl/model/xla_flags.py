@@ -3,7 +3,7 @@
 XLA parses XLA_FLAGS once per process, when the first backend starts. An unknown flag, or a value its type does
 not take, makes it log `F... Unknown flag in XLA_FLAGS: --xla_no_such_flag=1` or `E... Couldn't interpret value
 abc for flag xla_force_host_platform_device_count.` and end the process with status 1 inside jax.devices(): there
-is no exception to catch (jaxlib 0.10.2 and 0.12 alike). Pure stdlib: the probe's parent, `devctl env` and the
+is no exception to catch (jaxlib 0.10.2 and 0.12 alike; 0.4.36's XLA aborts instead, SIGABRT). Pure stdlib: the probe's parent, `devctl env` and the
 advice read the same words.
 """
 
@@ -13,8 +13,9 @@ import re
 
 _UNKNOWN = re.compile(r"Unknown flags? in XLA_FLAGS: (?P<flags>[^\n]+)")
 _VALUE = re.compile(r"Couldn't interpret value (?P<value>.*?) for flag (?P<flag>\w+)\.?(?:\s|$)")
-# A glog fatal line: `F1127 14:33:09.495308   14840 parse_flags_from_env.cc:234] message`.
-_FATAL = re.compile(r"^F\d{4} [\d:.]+\s+\d+ \S+\] (?P<message>.+)$", re.MULTILINE)
+# A fatal log line: `F1127 14:33:09.495308   14840 parse_flags_from_env.cc:234] message` (glog), or older XLA's
+# `2026-11-27 15:45:22.408902: F external/xla/xla/parse_flags_from_env.cc:212] message`.
+_FATAL = re.compile(r"^(?:F\d{4} [\d:.]+\s+\d+ |\d{4}-\d\d-\d\d [\d:.]+: F )\S+\] (?P<message>.+)$", re.MULTILINE)
 
 
 def xla_flags_failure(text: str) -> str | None:

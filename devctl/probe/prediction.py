@@ -81,8 +81,9 @@ def predict(
 
 def _broken(row: BackendInfo, culprit: str) -> JaxOutcome:
     result = {BackendStatus.CRASHED: "crashes", BackendStatus.TIMEOUT: "hangs", BackendStatus.EXITED: "exits"}.get(row.status, "raises")
-    if row.status is BackendStatus.EXITED and xla_flags_failure(row.error or "") is not None:
-        culprit = "XLA_FLAGS"  # XLA's flag parser ends the process at the first backend, whichever it is
+    if xla_flags_failure(row.error or "") is not None:
+        # XLA's flag parser ends the process at the first backend, whichever it is: exit 1, or an abort in older XLA.
+        culprit = "XLA_FLAGS"
     return JaxOutcome(result, error=row.error, culprit=culprit)
 
 
