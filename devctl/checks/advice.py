@@ -267,7 +267,7 @@ def xla_flags(refused: str, environ: Mapping[str, str]) -> Advice:
     fix = f"remove {named} from XLA_FLAGS: " + (f"export XLA_FLAGS={shlex.quote(rest)}" if rest else "unset XLA_FLAGS")
     return Advice(
         "xla-flags-invalid",
-        f"XLA refuses XLA_FLAGS ({refused}) and ends the process with exit status 1 inside jax.devices(): every JAX program, whatever JAX_PLATFORMS says",
+        f"XLA refuses XLA_FLAGS ({refused}) and ends the process inside jax.devices() (exit status 1; older XLA aborts): every JAX program, whatever JAX_PLATFORMS says",
         fix,
         {"XLA_FLAGS": rest} if items else None,
     )

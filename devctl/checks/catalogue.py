@@ -160,7 +160,7 @@ CATALOGUE: dict[str, KnownFailure] = {
         ),
         KnownFailure(
             "xla-flags-invalid", None, "XLA_FLAGS has a flag XLA refuses",
-            "XLA parses XLA_FLAGS when the first backend starts; an unknown flag or a value its type does not take makes it log the flag and end the process (exit status 1) inside jax.devices(), with nothing to catch, whatever JAX_PLATFORMS says",
+            "XLA parses XLA_FLAGS when the first backend starts; an unknown flag or a value its type does not take makes it log the flag and end the process inside jax.devices() (exit status 1; older XLA aborts), with nothing to catch, whatever JAX_PLATFORMS says",
             "remove or correct that flag in XLA_FLAGS",
         ),
         KnownFailure(

@@ -139,7 +139,7 @@ def check_env(ctx: Context) -> Verdict:
         change = advice.fix_env or {}
         fix = EnvFix({k: v for k, v in change.items() if v is not None}, tuple(k for k, v in change.items() if v is None))
         variables = [
-            Assessment(v.name, v.value, v.meaning, f"XLA refuses it ({refused}): every JAX program exits with status 1", "error", advice.fix, fix)
+            Assessment(v.name, v.value, v.meaning, f"XLA refuses it ({refused}): every JAX program ends there (exit status 1; older XLA aborts)", "error", advice.fix, fix)
             if v.name == "XLA_FLAGS" else v
             for v in variables
         ]  # fmt: skip

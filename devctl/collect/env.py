@@ -107,7 +107,7 @@ def _with_xla_flags_verdict(variables: list[EnvVar], refused: str | None) -> lis
 
     if refused is None:
         return variables
-    problem = f"XLA refuses it ({refused}): every JAX program exits with status 1; {xla_flags(refused, os.environ).fix}"
+    problem = f"XLA refuses it ({refused}): every JAX program ends there (exit status 1; older XLA aborts); {xla_flags(refused, os.environ).fix}"
     return [replace(v, problem=problem) if v.name == "XLA_FLAGS" else v for v in variables]
 
 

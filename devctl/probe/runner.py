@@ -57,11 +57,12 @@ class ChildResult:
         """Why the child did not finish, in one line."""
         if self.timed_out:
             return "did not answer in time and was killed"
-        if self.signal_name:
-            return f"killed by {self.signal_name}"
         from devctl.model.xla_flags import fatal_message
 
-        why = fatal_message(f"{self.output_head}\n{self.output_tail}") or last_line(self.output_tail)
+        said = fatal_message(f"{self.output_head}\n{self.output_tail}")
+        if self.signal_name:  # an abort says why first (older XLA aborts on a flag it refuses)
+            return f"killed by {self.signal_name}" + (f": {said}" if said else "")
+        why = said or last_line(self.output_tail)
         return f"exited with status {self.returncode}" + (f": {why}" if why else "")
 
 
