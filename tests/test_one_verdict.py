@@ -18,9 +18,8 @@ import json
 from importlib.metadata import distributions
 
 import pytest
-from conftest import devctl_env, run_devctl, validate_schema
-from oracle import jax_truth
-from test_oracle import SCENARIOS, Scenario, _environment
+from conftest import devctl_env, run_devctl
+from test_oracle import SCENARIOS, Scenario, beside_jax
 
 
 def _installed() -> set[str]:
@@ -29,12 +28,7 @@ def _installed() -> set[str]:
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_doctor_and_check_conclude_what_jax_does_with_one_fix(scenario: Scenario, tmp_path, pjrt_libs):
-    env = _environment(scenario, tmp_path, pjrt_libs)
-    proc = run_devctl("doctor", "--json", "--timeout", str(min(scenario.timeout, 20)), env=env, timeout=300)
-    doc = json.loads(proc.stdout)
-    validate_schema(doc, "doctor")
-    truth = jax_truth(env, timeout=scenario.timeout)
-    assert truth["result"] == scenario.expect, f"the scenario no longer exercises what it says: JAX {truth}"
+    _, proc, doc, truth = beside_jax("doctor", scenario, tmp_path, pjrt_libs)
     outcome = doc["overview"]["jax_outcome"]
     assert outcome["result"] == truth["result"], (outcome, truth.get("error"))
 

@@ -137,14 +137,21 @@ SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
-def test_devctl_predicts_what_jax_does(scenario: Scenario, tmp_path, pjrt_libs):
+def beside_jax(command: str, scenario: Scenario, tmp_path: Path, pjrt_libs: dict) -> tuple:
+    """`devctl COMMAND --json` and real JAX in the scenario's environment: (env, devctl's process, its document,
+    JAX's truth), JAX doing what the scenario says it does."""
     env = _environment(scenario, tmp_path, pjrt_libs)
-    proc = run_devctl("list", "--json", "--timeout", str(min(scenario.timeout, 20)), env=env, timeout=180)
-    predicted = json.loads(proc.stdout)
-    validate_schema(predicted, "list")
+    proc = run_devctl(command, "--json", "--timeout", str(min(scenario.timeout, 20)), env=env, timeout=300)
+    doc = json.loads(proc.stdout)
+    validate_schema(doc, command)
     truth = jax_truth(env, timeout=scenario.timeout)
     assert truth["result"] == scenario.expect, f"the scenario no longer exercises what it says: JAX {truth}"
+    return env, proc, doc, truth
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_devctl_predicts_what_jax_does(scenario: Scenario, tmp_path, pjrt_libs):
+    env, proc, predicted, truth = beside_jax("list", scenario, tmp_path, pjrt_libs)
     assert disagreements(predicted, truth) == [], truth.get("stderr", "")[-2000:]
     # `devctl list` exits 1 exactly when jax.devices() would fail.
     assert proc.returncode == (1 if scenario.expect != "ok" else 0), proc.stderr

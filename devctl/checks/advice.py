@@ -17,6 +17,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from devctl.discovery.envvars import Assessment, EnvFix
 from devctl.model.list_ import BackendInfo, BackendStatus, JaxOutcome
 from devctl.model.xla_flags import refused_flags, without, xla_flags_failure
 
@@ -271,6 +272,18 @@ def xla_flags(refused: str, environ: Mapping[str, str]) -> Advice:
         fix,
         {"XLA_FLAGS": rest} if items else None,
     )
+
+
+def with_xla_flags_verdict(variables: list[Assessment], refused: str | None, environ: Mapping[str, str]) -> list[Assessment]:
+    """assess_env()'s rows with XLA_FLAGS as XLA's own parser judged it (`refused`: its words, from devctl env's
+    child): an error whose fix is the variable without the refused items. `devctl env` and check's env row."""
+    if refused is None:
+        return variables
+    advice = xla_flags(refused, environ)
+    change = advice.fix_env or {}
+    fix = EnvFix({k: v for k, v in change.items() if v is not None}, tuple(k for k, v in change.items() if v is None))
+    problem = f"XLA refuses it ({refused}): every JAX program ends there (exit status 1; older XLA aborts); {advice.fix}"
+    return [dataclasses.replace(v, problem=problem, severity="error", remedy=advice.fix, fix=fix) if v.name == "XLA_FLAGS" else v for v in variables]
 
 
 _UNKNOWN_PLATFORM = "is not in the list of known backends"

@@ -129,20 +129,10 @@ def _plugin_remedy(p) -> str:
 
 
 def check_env(ctx: Context) -> Verdict:
-    from devctl.checks.advice import xla_flags
-    from devctl.discovery.envvars import Assessment, EnvFix, assess_env, jaxlib_rules
+    from devctl.checks.advice import with_xla_flags_verdict
+    from devctl.discovery.envvars import assess_env, jaxlib_rules
 
-    variables = assess_env()
-    refused = ctx.environment().xla_flags_refused
-    if refused is not None:  # XLA's own parser said it: every JAX program exits at its first backend
-        advice = xla_flags(refused, os.environ)
-        change = advice.fix_env or {}
-        fix = EnvFix({k: v for k, v in change.items() if v is not None}, tuple(k for k, v in change.items() if v is None))
-        variables = [
-            Assessment(v.name, v.value, v.meaning, f"XLA refuses it ({refused}): every JAX program ends there (exit status 1; older XLA aborts)", "error", advice.fix, fix)
-            if v.name == "XLA_FLAGS" else v
-            for v in variables
-        ]  # fmt: skip
+    variables = with_xla_flags_verdict(assess_env(), ctx.environment().xla_flags_refused, os.environ)
     errors = [v for v in variables if v.severity == "error"]
     warnings = [v for v in variables if v.severity == "warning"]
     details = {

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import sys
 import time
 
-from devctl.model.env import SCHEMA, EnvFinding, EnvironmentReport, EnvVar, PackageVersion
+from devctl.model.env import SCHEMA, EnvFinding, EnvironmentReport, PackageVersion
 from devctl.model.plugins import FrameworkPjrt
 from devctl.version import __version__
 
@@ -16,9 +17,10 @@ def collect_environment(timeout_s: float = 20.0) -> EnvironmentReport:
     """Package metadata, NVML's driver version and os.environ, plus PJRT C API versions read in child processes
     (each plugin library dlopened without being initialized, jaxlib's own asked of its plugin check): safe while
     a job holds the TPU or the GPU."""
+    from devctl.checks.advice import with_xla_flags_verdict
     from devctl.checks.cuda_driver import check_driver_vs_runtime
     from devctl.discovery.cuda_wheels import cuda_runtime_version, cuda_wheels
-    from devctl.discovery.envvars import FALLBACK_RULES, env_vars, jaxlib_rules
+    from devctl.discovery.envvars import FALLBACK_RULES, assess_env, jaxlib_rules
     from devctl.discovery.nvml import nvml_report
     from devctl.discovery.versions import (
         check_versions,
@@ -81,7 +83,7 @@ def collect_environment(timeout_s: float = 20.0) -> EnvironmentReport:
         nvidia_driver=driver,
         nvidia_cuda_driver_version=cuda_driver,
         findings=findings,
-        env=_with_xla_flags_verdict(env_vars(), refused),
+        env=[a.env_var() for a in with_xla_flags_verdict(assess_env(), refused, os.environ)],
         notes=notes,
         framework_pjrt=framework,
         stack_fix=fix if skewed else None,
@@ -91,24 +93,9 @@ def collect_environment(timeout_s: float = 20.0) -> EnvironmentReport:
 
 def _xla_flags_refused(timeout_s: float) -> str | None:
     """What XLA's own parser refuses in XLA_FLAGS (a child creates jaxlib's CPU client, nothing more)."""
-    import os
-
     from devctl.probe.xla_flags import refused
 
     return refused(timeout_s) if os.environ.get("XLA_FLAGS") else None
-
-
-def _with_xla_flags_verdict(variables: list[EnvVar], refused: str | None) -> list[EnvVar]:
-    """The XLA_FLAGS row says what XLA refuses, with the fix: the flag ends every JAX program (exit status 1)."""
-    import os
-    from dataclasses import replace
-
-    from devctl.checks.advice import xla_flags
-
-    if refused is None:
-        return variables
-    problem = f"XLA refuses it ({refused}): every JAX program ends there (exit status 1; older XLA aborts); {xla_flags(refused, os.environ).fix}"
-    return [replace(v, problem=problem) if v.name == "XLA_FLAGS" else v for v in variables]
 
 
 def _with_pjrt_versions(packages: list[PackageVersion], timeout_s: float) -> tuple[list[PackageVersion], FrameworkPjrt | None]:
