@@ -1,4 +1,5 @@
-"""Completion as a user meets it: bash, zsh and fish driven for real, with the scripts of completions/.
+"""Completion as a user meets it: bash, zsh and fish driven for real, with the scripts of completions/ and
+with the script `devctl completion SHELL --install` writes.
 
 bash and zsh run interactively on a pseudo-terminal: the line is typed, then TAB, then a key bound to print
 the line (bash `bind -x`, a zle widget in zsh), so readline and zle split the words, call the script and
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+from devctl.cli.completion import FILES
 from devctl.model.check import CHECK_NAMES
 
 SHELLS = ("bash", "zsh", "fish")
@@ -49,7 +51,7 @@ def home(tmp_path_factory) -> Path:
     return home
 
 
-def _env(home: Path) -> dict[str, str]:
+def _env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     return {
         "PATH": f"{home / 'bin'}{os.pathsep}/usr/local/bin{os.pathsep}/usr/bin{os.pathsep}/bin",
         "HOME": str(home),
@@ -57,6 +59,7 @@ def _env(home: Path) -> dict[str, str]:
         "INPUTRC": "/dev/null",
         "PYTHONPATH": str(ROOT),
         "JAX_PLATFORMS": "none-at-all",  # were jax ever started by a TAB press, it would fail loudly
+        **(extra or {}),
     }
 
 
@@ -79,7 +82,7 @@ _ZSH_SETUP = (
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f]")
 
 
-def _terminal(argv: list[str], setup: str, line: str, home: Path) -> str:
+def _terminal(argv: list[str], setup: str, line: str, home: Path, extra: dict[str, str] | None = None) -> str:
     """Type `setup`, then `line`, TAB and Ctrl-T into an interactive shell; what it printed after the setup."""
     import fcntl
     import struct
@@ -88,7 +91,7 @@ def _terminal(argv: list[str], setup: str, line: str, home: Path) -> str:
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
     # A new session and no job control: the shell's line editor needs only a terminal on its stdin and stdout.
-    shell = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=_env(home), cwd=home / "work", start_new_session=True)
+    shell = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=_env(home, extra), cwd=home / "work", start_new_session=True)
     os.close(slave)
     seen = b""
 
@@ -129,23 +132,23 @@ def _parse(output: str) -> Answer:
     return Answer(listed, line)
 
 
-def complete(shell: str, line: str, home: Path) -> Answer:
-    """What `shell` does with TAB at the end of `line`."""
+def complete(shell: str, line: str, home: Path, *, script: Path | None = None, extra: dict[str, str] | None = None) -> Answer:
+    """What `shell` does with TAB at the end of `line`, with `script` (default: completions/'s) loaded as the README says."""
     path = _need(shell)
-    completions = ROOT / "completions"
+    script = script or ROOT / "completions" / FILES[shell]
     if shell == "bash":
-        return _parse(_terminal([path, "--norc", "--noprofile", "-i"], _BASH_SETUP.format(script=completions / "devctl.bash"), line, home))
+        return _parse(_terminal([path, "--norc", "--noprofile", "-i"], _BASH_SETUP.format(script=script), line, home, extra))
     if shell == "zsh":
-        return _parse(_terminal([path, "-f", "-i"], _ZSH_SETUP.format(completions=completions), line, home))
-    command = f"set -g fish_complete_path {shlex.quote(str(completions))}; complete -C {shlex.quote(line)}"
-    proc = subprocess.run([path, "--no-config", "-c", command], env=_env(home), cwd=home / "work", capture_output=True, text=True, timeout=WAIT_S)
+        return _parse(_terminal([path, "-f", "-i"], _ZSH_SETUP.format(completions=script.parent), line, home, extra))
+    command = f"set -g fish_complete_path {shlex.quote(str(script.parent))}; complete -C {shlex.quote(line)}"
+    proc = subprocess.run([path, "--no-config", "-c", command], env=_env(home, extra), cwd=home / "work", capture_output=True, text=True, timeout=WAIT_S)
     assert proc.returncode == 0, proc.stderr
     return Answer({row.split("\t")[0] for row in proc.stdout.splitlines() if row}, None)
 
 
 # ---- values: every fixed list, listed by every shell ------------------------------------------------------
 
-COMMANDS = {"list", "plugins", "env", "memstats", "check", "doctor", "exporter", "bench"}
+COMMANDS = {"list", "plugins", "env", "memstats", "check", "doctor", "exporter", "bench", "completion"}
 DIRECTIONS = {"h2d", "d2h", "d2d", "d2d-self", "all"}
 
 
@@ -164,6 +167,8 @@ DIRECTIONS = {"h2d", "d2h", "d2d", "d2d-self", "all"}
         ("devctl check --min-h2d 10", {"10GB/s", "10Gbit/s", "10MB/s", "10GiB/s"}),
         ("devctl check --min-memory 40", {"40GiB", "40MiB", "40TiB", "40GB", "40MB", "40TB"}),
         ("devctl list --p", {"--platform", "--process-id"}),
+        ("devctl completion ", set(SHELLS)),  # a command's argument
+        ("devctl completion fish ", {"--install", "--help"}),  # given: its options next
     ],
 )
 def test_values_are_listed(shell, line, expected, home):
@@ -202,6 +207,7 @@ def test_devices_complete_to_platform_prefixes_without_starting_jax(shell, home)
         ("devctl check --junit-xml={files}/rep", "devctl check --junit-xml={files}/report.xml "),
         ("devctl list --host-root {files}/ho", "devctl list --host-root {files}/host/"),  # not hosts.json: a directory
         ("devctl doctor --host-root={files}/ho", "devctl doctor --host-root={files}/host/"),
+        ("devctl completion z", "devctl completion zsh "),
     ],
 )
 def test_tab_inserts(shell, line, after, home):
@@ -233,3 +239,60 @@ def test_nothing_is_offered_where_nothing_fits(shell, line, home):
     answer = complete(shell, line, home)
     assert not answer.listed, answer
     assert answer.line in (None, line), answer
+
+
+# ---- what only this machine knows: the jobs publishing snapshots -------------------------------------------
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_pid_completes_to_the_publishing_jobs(shell, home, tmp_path):
+    # `memstats --pid` names a job that publishes (devctl.publish); their snapshot files are named by pid.
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir(mode=0o700)
+    for name in ("4242.json", "77.json", ".4242.json.x1.tmp", "notes.json", "0.json"):
+        (snapshots / name).write_text("{}")
+    extra = {"DEVCTL_RUNTIME_DIR": str(snapshots)}
+    assert complete(shell, "devctl memstats --pid ", home, extra=extra).listed == {"4242", "77"}
+    answer = complete(shell, "devctl memstats --pid 42", home, extra=extra)
+    assert answer.listed == {"4242"} if shell == "fish" else answer.line == "devctl memstats --pid 4242 ", answer
+
+
+# ---- the script as `devctl completion SHELL --install` puts it, loaded as it says ---------------------------
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_installed_script_completes(shell, tmp_path):
+    _need(shell)
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    (home / "work").mkdir()
+    devctl = home / "bin" / "devctl"
+    devctl.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m devctl "$@"\n')
+    devctl.chmod(0o755)
+    proc = subprocess.run(["devctl", "completion", shell, "--install"], env=_env(home), capture_output=True, text=True, timeout=WAIT_S)
+    assert proc.returncode == 0, proc.stderr
+    installed = Path(proc.stdout.splitlines()[0].rpartition(" to ")[2])
+    assert installed.is_file() and installed.is_relative_to(home), proc.stdout
+    assert complete(shell, "devctl bench ", home, script=installed).listed == {"transfer", "collective", "memory", "matmul"}
+    answer = complete(shell, "devctl completion ba", home, script=installed)
+    assert answer.listed == {"bash"} if shell == "fish" else answer.line == "devctl completion bash ", answer
+
+
+# ---- fast: neither printing a script nor a TAB press on the new paths starts anything heavy -----------------
+
+
+@pytest.mark.parametrize(
+    "args,env",
+    [
+        (["completion", "bash"], {}),
+        (["completion", "--help"], {}),
+        (["completion", "zsh", "--install"], {"HOME": "{tmp}"}),
+        ([], {"_DEVCTL_COMPLETE": "bash", "_DEVCTL_COMPLETE_LINE": "devctl completion "}),
+        ([], {"_DEVCTL_COMPLETE": "zsh", "_DEVCTL_COMPLETE_LINE": "devctl memstats --pid "}),
+    ],
+)
+def test_completion_paths_import_nothing_heavy(args, env, tmp_path):
+    from test_cli import HEAVY, _imported_modules
+
+    modules = _imported_modules({k: v.format(tmp=tmp_path) for k, v in env.items()}, *args)
+    assert not sorted(m for m in modules if m.split(".")[0] in HEAVY)

@@ -19,8 +19,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     # No --install-completion/--show-completion: typer's would edit ~/.bashrc, and print bash's script for
-    # `--show-completion zsh`. Completion is the scripts in completions/, installed as the README says, and
-    # answered by devctl.cli.completion (main below), not by typer.
+    # `--show-completion zsh`. Completion is devctl's own scripts, printed or installed by `devctl completion`,
+    # and answered by devctl.cli.completion (main below), not by typer.
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
@@ -52,6 +52,7 @@ COMMANDS = {
     "doctor": ("doctor", "doctor"),
     "exporter": ("exporter", "exporter"),
     "bench": ("bench", "bench_app"),
+    "completion": ("completion", "completion_command"),
 }
 _registered: set[str] = set()
 

@@ -1,5 +1,6 @@
-"""Shell completion for bash, zsh and fish: the scripts in completions/, what devctl answers on a TAB press,
-and the value completers the options declare (`typer.Option(..., autocompletion=completion.directions)`).
+"""Shell completion for bash, zsh and fish: the `devctl completion` command, the scripts it prints and
+installs, what devctl answers on a TAB press, and the value completers the options declare
+(`typer.Option(..., autocompletion=completion.directions)`).
 
 A TAB press runs `devctl` with `_DEVCTL_COMPLETE=<shell>` and `_DEVCTL_COMPLETE_LINE` (the command line
 up to the cursor; bash adds `_DEVCTL_COMPLETE_WORDBREAKS`, where readline cuts the word it replaces).
@@ -11,20 +12,28 @@ line: `kind<TAB>value<TAB>help` (bash: no help). The kind tells the script what 
 - file, dir: the shell completes a file or directory name itself, with its own quoting and `~`.
 
 The protocol is devctl's own, not typer's `--install-completion` (which edits ~/.bashrc, and whose scripts
-cannot tell a file name from a value): the README's copy of completions/ is the one install method, and
-`python -m devctl.cli.generated --update` writes the scripts from SCRIPTS here.
+cannot tell a file name from a value). `python -m devctl.cli.generated --update` writes the scripts from
+SCRIPTS here into the package (devctl/completions/, shipped in the wheel) and the repository's
+completions/; `devctl completion SHELL` prints the package's copy, and `--install` writes it where the shell
+looks for a user's completions, never through a symbolic link and never into a startup file.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Iterable
+from typing import Annotated, Any, Callable, Iterable
+
+import typer
 
 COMPLETE_VAR = "_DEVCTL_COMPLETE"
 LINE_VAR = "_DEVCTL_COMPLETE_LINE"
 BREAKS_VAR = "_DEVCTL_COMPLETE_WORDBREAKS"
 SHELLS = ("bash", "zsh", "fish")
+# Each shell's script, by the name its shell looks it up by (zsh autoloads `_devctl` from $fpath).
+FILES = {"bash": "devctl.bash", "zsh": "_devctl", "fish": "devctl.fish"}
+# The scripts as the package ships them (package data, written by devctl.cli.generated).
+PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "completions")
 
 # ---- value completers: given to typer.Option(autocompletion=...), called with the value typed so far ------
 # Typer keeps those that start with what was typed; they import nothing heavy (no jax: a TAB press is a
@@ -104,11 +113,37 @@ def _platforms() -> list[str]:
     return known_platforms()
 
 
+def _publishing_pids() -> list[str]:
+    """The pids of the jobs publishing snapshots where `devctl memstats` reads them: the names of their
+    `<pid>.json` files, nothing opened (a TAB press stays fast; memstats itself judges each file)."""
+    from devctl.discovery import publishers
+    from devctl.safefs import private_directory_problem
+
+    explicit = os.environ.get(publishers.ENV_DIR)
+    found: set[int] = set()
+    for directory in [os.path.abspath(explicit)] if explicit else publishers.candidate_directories():
+        if private_directory_problem(directory):  # a link or another user's directory: not read by memstats either
+            continue
+        try:
+            entries = os.listdir(directory)
+        except OSError:
+            continue
+        # publishers._NAME is the snapshot file name memstats reads (`<pid>.json`): one pattern, not a copy.
+        found.update(int(m.group(1)) for name in entries[: publishers.MAX_FILES * 4] if (m := publishers._NAME.match(name)))
+    return [str(pid) for pid in sorted(found)]
+
+
 directions = names(_directions)
 variants = names(_variants)
 layouts = names(_layouts)
 check_names = names(_check_names)
 platforms = names(_platforms)
+pids = names(_publishing_pids, comma_list=False)
+shells = names(lambda: SHELLS, comma_list=False)
+
+# Completers for options whose declaration names none yet (an option of a module other than this one):
+# used when the option's own completion offers nothing.
+_UNDECLARED: dict[str, Completer] = {"--pid": pids}
 
 
 def devices(*, many: bool = True, physical_views: bool = False) -> Completer:
@@ -155,7 +190,8 @@ def respond(instruction: str) -> int:
 
         sys.stderr.write(
             f"{ERROR_PREFIX}unknown completion request {instruction[:40]!r}; the completion scripts of this devctl "
-            "ask for bash, zsh or fish: copy them again from completions/ (README: Shell completions)\n"
+            "ask for bash, zsh or fish: install them again with `devctl completion SHELL --install` "
+            "(or copy them from completions/; README: Shell completions)\n"
         )
         return 2
     args, incomplete = split_line(os.environ.get(LINE_VAR, ""))
@@ -206,6 +242,7 @@ def candidates(args: list[str], incomplete: str) -> list[Item]:
     ctx = _context(command, "devctl", None)
     given: set[str] = set()
     pending = None  # the option whose value is the next word
+    positional = 0  # the command's arguments given (`devctl completion bash`)
     for word in args:
         if pending is not None:
             pending = None
@@ -216,7 +253,9 @@ def candidates(args: list[str], incomplete: str) -> list[Item]:
             sub = command.get_command(ctx, word)
             if sub is None:
                 return []
-            command, ctx, given = sub, _context(sub, word, ctx), set()
+            command, ctx, given, positional = sub, _context(sub, word, ctx), set(), 0
+        else:
+            positional += 1
     if pending is not None:
         return _values(pending, ctx, incomplete)
     if incomplete.startswith("--") and "=" in incomplete:
@@ -231,7 +270,10 @@ def candidates(args: list[str], incomplete: str) -> list[Item]:
             for name in command.list_commands(ctx)
             if name.startswith(incomplete) and (sub := command.get_command(ctx, name)) is not None and not sub.hidden
         ]
-    # devctl's commands take no arguments, only options: offer those on an empty word
+    arguments = [p for p in command.get_params(ctx) if p.param_type_name == "argument"]
+    if positional < len(arguments):  # an argument still to give: its values (`devctl completion <TAB>`)
+        return _values(arguments[positional], ctx, incomplete)
+    # the rest of the command is options: offer those on an empty word
     return _options(command, ctx, incomplete, given) if not incomplete else []
 
 
@@ -287,15 +329,18 @@ def _options(command: Any, ctx: Any, incomplete: str, given: set[str]) -> list[I
 
 def _values(option: Any, ctx: Any, incomplete: str, prefix: str = "") -> list[Item]:
     """The option's completer's values (Parameter.shell_complete), each with its kind."""
+    found: list[tuple[Any, str | None, str]] = [(item.value, item.type, item.help or "") for item in option.shell_complete(ctx, incomplete)]
+    fallback = next((c for name, c in _UNDECLARED.items() if name in getattr(option, "opts", ())), None)
+    if not found and fallback is not None:
+        found = [(v[0], None, v[1]) if isinstance(v, tuple) else (v, None, "") for v in fallback(incomplete)]
     out = []
-    for item in option.shell_complete(ctx, incomplete):
-        value = item.value
-        kind = getattr(value, "kind", None) or (item.type if item.type in ("file", "dir") else None)
+    for value, type_, help_ in found:
+        kind = getattr(value, "kind", None) or (type_ if type_ in ("file", "dir") else None)
         if kind is None:
             kind = "partial" if str(value).endswith((":", "=", "/")) else "plain"
             if kind == "partial" and value == incomplete:
                 continue  # `cuda:` typed: the id is the user's to give
-        out.append((kind, prefix + str(value), item.help or ""))
+        out.append((kind, prefix + str(value), help_))
     return out
 
 
@@ -324,7 +369,7 @@ def _flat(text: str) -> str:
 
 _HEADER = "# {shell} completion for devctl. Generated by `python -m devctl.cli.generated --update`; do not edit.\n"
 
-_BASH = r"""# Install: cp completions/devctl.bash ~/.local/share/bash-completion/completions/devctl (README: Shell completions)
+_BASH = r"""# Install: devctl completion bash --install (README: Shell completions)
 _devctl_completion() {
     local kind value
     COMPREPLY=()
@@ -342,7 +387,7 @@ _devctl_completion() {
 complete -F _devctl_completion devctl
 """
 
-_ZSH = r"""# Install: cp completions/_devctl into a directory of $fpath, then compinit (README: Shell completions)
+_ZSH = r"""# Install: devctl completion zsh --install, then add its directory to $fpath before compinit (README: Shell completions)
 _devctl() {
     local -a lines plain partial
     local line kind value help
@@ -369,7 +414,7 @@ else
 fi
 """
 
-_FISH = r"""# Install: cp completions/devctl.fish ~/.config/fish/completions/devctl.fish (README: Shell completions)
+_FISH = r"""# Install: devctl completion fish --install (README: Shell completions)
 function __devctl_complete
     set -l token (commandline -ct)
     set -l prefix (string match -r -- '^--[^=]*=' $token)
@@ -395,8 +440,109 @@ SCRIPTS = {"bash": _BASH, "zsh": _ZSH, "fish": _FISH}
 
 
 def script(shell: str) -> str:
-    """The completion script for `shell`, as completions/ holds it."""
+    """The completion script for `shell`, as the generator writes it (devctl/completions/ and completions/)."""
     header = _HEADER.format(shell=shell)
     if shell == "zsh":  # `#compdef` must stay the first line for zsh's autoloader
         return "#compdef devctl\n" + header + SCRIPTS[shell]
     return header + SCRIPTS[shell]
+
+
+# ---- `devctl completion SHELL [--install]` ------------------------------------------------------------------
+
+
+def shipped(shell: str) -> str:
+    """The script the installed package carries for `shell` (what `devctl completion SHELL` prints)."""
+    try:
+        with open(os.path.join(PACKAGE_DIR, FILES[shell]), encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:  # a source tree whose scripts were never generated: the same text, made here
+        return script(shell)
+
+
+def _xdg(variable: str, default: str) -> str:
+    # The XDG base directory spec: a relative path in the variable is invalid and is ignored.
+    value = os.environ.get(variable, "")
+    return value if os.path.isabs(value) else os.path.expanduser(default)
+
+
+def install_path(shell: str) -> str:
+    """Where `shell` looks for this user's completion of `devctl` without any configuration (zsh: a directory
+    to add to $fpath once)."""
+    if shell == "bash":
+        # bash-completion's own lookup: $BASH_COMPLETION_USER_DIR (the first of its entries), else XDG data home
+        user_dir = os.environ.get("BASH_COMPLETION_USER_DIR", "").split(":")[0]
+        base = user_dir if os.path.isabs(user_dir) else os.path.join(_xdg("XDG_DATA_HOME", "~/.local/share"), "bash-completion")
+        return os.path.join(base, "completions", "devctl")
+    if shell == "zsh":
+        return os.path.join(os.path.expanduser("~/.zfunc"), FILES["zsh"])
+    return os.path.join(_xdg("XDG_CONFIG_HOME", "~/.config"), "fish", "completions", FILES["fish"])
+
+
+def _rc_advice(shell: str, path: str) -> list[str]:
+    """What the user still has to do for `shell` to load the script at `path`."""
+    import shlex
+
+    if shell == "bash":
+        return [
+            "the bash-completion package loads it in new shells; where that package is not installed, add to ~/.bashrc:",
+            f"    source {shlex.quote(path)}",
+        ]
+    if shell == "zsh":
+        directory = os.path.dirname(path)
+        home = os.path.expanduser("~")
+        shown_dir = "~" + directory[len(home) :] if directory.startswith(home + os.sep) else shlex.quote(directory)
+        rc = os.path.join(os.environ["ZDOTDIR"], ".zshrc") if os.environ.get("ZDOTDIR") else "~/.zshrc"
+        return [
+            f"zsh finds it through $fpath: add to {rc}, before compinit runs:",
+            f"    fpath=({shown_dir} $fpath)",
+            f"and, where {rc} does not run compinit yet, after that line:",
+            "    autoload -Uz compinit && compinit",
+        ]
+    return ["fish loads it in new shells; nothing to add to its configuration."]
+
+
+def install(shell: str) -> tuple[str, list[str]]:
+    """Write the shipped script for `shell` to install_path(shell) whole (devctl.safefs.write_atomic); the path
+    and what to add to the shell's startup file. A symbolic link at the path is refused, not replaced: it is
+    the user's (a dotfiles manager's), and whatever it points to is not devctl's to write."""
+    from devctl.cli.options import shown
+    from devctl.errors import UsageError
+    from devctl.safefs import write_atomic
+
+    path = install_path(shell)
+    if os.path.islink(path):
+        raise UsageError(
+            f"{shown(path)} is a symbolic link (to {shown(os.readlink(path))}); devctl neither writes through nor replaces it: "
+            f"remove it and run again, or write the script yourself with `devctl completion {shell} > FILE`"
+        )
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomic(path, shipped(shell).encode())
+    except OSError as e:
+        raise UsageError(f"the {shell} completion was not written to {shown(path)}: {e.strerror or e}") from None
+    return path, _rc_advice(shell, path)
+
+
+def completion_command(
+    shell: Annotated[str, typer.Argument(metavar="bash|zsh|fish", autocompletion=shells, help="The shell.", show_default=False)],
+    install_: Annotated[
+        bool,
+        typer.Option(
+            "--install",
+            help="Write the script where the shell looks for this user's completions (bash: ~/.local/share/bash-completion/completions/devctl, "
+            "zsh: ~/.zfunc/_devctl, fish: ~/.config/fish/completions/devctl.fish) and say what to add to its startup file, if anything.",
+        ),
+    ] = False,
+) -> None:
+    """Print or install the shell completion script (bash, zsh, fish)."""
+    from devctl.cli.options import shown
+    from devctl.errors import UsageError
+
+    name = shell.strip().lower()
+    if name not in SHELLS:
+        raise UsageError(f"unknown shell {shown(shell)}; accepted: {', '.join(SHELLS)}")
+    if not install_:
+        sys.stdout.write(shipped(name))
+        return
+    path, advice = install(name)
+    sys.stdout.write("".join(line + "\n" for line in [f"wrote the {name} completion for devctl to {path}", *advice]))

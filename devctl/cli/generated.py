@@ -1,4 +1,6 @@
-"""Regenerate or check the files generated from the CLI: completions/* and devctl/cli/root_help.txt.
+"""Regenerate or check the files generated from the CLI: completions/*, devctl/completions/* (the same
+scripts, as package data: `devctl completion SHELL` prints them from an installed wheel) and
+devctl/cli/root_help.txt.
 
     python -m devctl.cli.generated --update   # rewrite them
     python -m devctl.cli.generated --check    # exit 1 with a diff when stale
@@ -17,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-FILES = {"bash": "devctl.bash", "zsh": "_devctl", "fish": "devctl.fish"}
+from devctl.cli.completion import FILES, PACKAGE_DIR
 
 
 def generate(shell: str) -> str:
@@ -35,7 +37,7 @@ def root_help() -> str:
 
 def artifacts(completions_dir: Path) -> dict[Path, str]:
     """Every generated file and what the CLI generates for it now."""
-    files = {completions_dir / name: generate(shell) for shell, name in FILES.items()}
+    files = {directory / name: generate(shell) for directory in (completions_dir, Path(PACKAGE_DIR)) for shell, name in FILES.items()}
     files[Path(__file__).resolve().parent / "root_help.txt"] = root_help()
     return files
 
@@ -53,8 +55,8 @@ def stale(completions_dir: Path) -> list[str]:
 def main() -> int:
     completions_dir = Path(__file__).resolve().parents[2] / "completions"
     if "--update" in sys.argv:
-        completions_dir.mkdir(exist_ok=True)
         for path, fresh in artifacts(completions_dir).items():
+            path.parent.mkdir(exist_ok=True)
             path.write_text(fresh)
         return 0
     diffs = stale(completions_dir)
