@@ -133,6 +133,9 @@ SCENARIOS = [
     Scenario("xla-flags-unknown-flag", {"XLA_FLAGS": "--xla_no_such_flag=1"}, expect="exits"),
     Scenario("xla-flags-bad-value", {"XLA_FLAGS": "--xla_force_host_platform_device_count=abc"}, expect="exits"),
     Scenario("xla-flags-bad-among-good", {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=x2"}, expect="exits"),
+    # jax._src.config reads its boolean JAX_* variables at import: a value that is no truth value raises there.
+    Scenario("jax-env-bool-invalid", {"JAX_ENABLE_X64": "maybe"}, expect="raises"),
+    Scenario("jax-env-bool-invalid-with-jax-platforms-cpu", {"JAX_DEBUG_NANS": "sometimes", "JAX_PLATFORMS": "cpu"}, expect="raises"),
     Scenario("xla-flags-bad-with-jax-platforms-cpu", {"XLA_FLAGS": "--xla_cpu_enable_fast_math=maybe", "JAX_PLATFORMS": "cpu"}, expect="exits"),
 ]
 
@@ -156,19 +159,33 @@ def test_devctl_predicts_what_jax_does(scenario: Scenario, tmp_path, pjrt_libs):
     # `devctl list` exits 1 exactly when jax.devices() would fail.
     assert proc.returncode == (1 if scenario.expect != "ok" else 0), proc.stderr
     outcome = predicted["jax_outcome"]
+    if scenario.expect != "ok":
+        assert outcome["code"] and outcome["fix"], outcome
+    # Every way every printed fix offers, as data (the outcome's, each row's), applied: JAX must then do what
+    # the fix promised, and devctl must agree that it does.
+    remedies = [(outcome["code"], outcome["fix"], r) for r in outcome["remedies"]] if scenario.expect != "ok" else []
+    remedies += [(b["code"], b["hint"], r) for b in predicted["backends"] if b["status"] != "ok" for r in b["remedies"]]
+    for code, said, remedy in remedies:
+        for args in remedy["pip"]:
+            # Light scenarios install nothing from the registry: the one pip fix is removing their plugin.
+            assert args[0] == "uninstall", (scenario.name, said)
+        if remedy["env"]:
+            _verify_env_remedy(env, remedy["env"], code, said)
     if _advises_uninstall(predicted):
         _verify_uninstall(env, scenario)
-    if scenario.expect == "ok":
-        return
-    assert outcome["code"] and outcome["fix"], outcome
-    if outcome["fix_env"] is None:
-        return  # the fix is no environment change: uninstalling was verified above
-    # Apply devctl's fix and JAX must then work, and devctl must agree that it does.
-    fixed = {k: v for k, v in env.items() if k not in outcome["fix_env"]}
-    fixed.update({k: v for k, v in outcome["fix_env"].items() if v is not None})
-    assert jax_truth(fixed)["result"] == "ok", f"devctl's fix {outcome['fix']!r} does not make jax.devices() work"
+    if scenario.expect != "ok" and not outcome["remedies"]:
+        assert "uninstall" in outcome["fix"] or "fix what its error says" in outcome["fix"], outcome  # a fix in words
+
+
+def _verify_env_remedy(env: dict[str, str], change: dict, code: str, said: str) -> None:
+    fixed = {k: v for k, v in env.items() if k not in change}
+    fixed.update({k: v for k, v in change.items() if v is not None})
+    truth = jax_truth(fixed)
+    assert truth["result"] == "ok", f"devctl's fix {said!r} ({change}) does not make jax.devices() work: {truth.get('error')}"
     again = run_devctl("list", "--json", env=fixed, timeout=180)
-    assert again.returncode == 0 and json.loads(again.stdout)["jax_outcome"]["result"] == "ok"
+    doc = json.loads(again.stdout)
+    assert again.returncode == 0 and doc["jax_outcome"]["result"] == "ok", doc["jax_outcome"]
+    assert code not in [b["code"] for b in doc["backends"]], (said, change, doc["backends"])
 
 
 def _advises_uninstall(predicted: dict) -> bool:

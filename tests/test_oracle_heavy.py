@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -121,12 +120,18 @@ def _apply_env_fix(python: str, env: dict[str, str], fix_env: dict, cwd: Path, m
     return doc, truth
 
 
-def _pip_step(advice: str) -> list[str]:
-    """The `pip install ...` or `pip uninstall ...` an advice says, as a scenarios.py step."""
-    match = re.search(r"pip (install|uninstall) ([^;)]+)", advice)
-    assert match, f"no pip command in {advice!r}"
-    args = shlex.split(match.group(2))
-    return args if match.group(1) == "install" else ["uninstall", *[a for a in args if a != "-y"]]
+def _pip_steps(item: dict) -> list[list[str]]:
+    """The pip commands of a fix (a row's, a finding's, the outcome's), from its data, as scenarios.py steps (an
+    install's arguments; `uninstall` and the names), after checking the line says them word for word."""
+    from devctl.model.remedy import pip_command
+
+    (remedy,) = [r for r in item["remedies"] if r["pip"]]
+    said = item.get("hint") or item.get("fix") or ""
+    steps = []
+    for args in remedy["pip"]:
+        assert pip_command(args) in said, (args, said)
+        steps.append(args[1:] if args[0] == "install" else args)
+    return steps
 
 
 def _plugin_rows(doc: dict, word: str) -> list[dict]:
@@ -210,7 +215,7 @@ def test_cuda_extra_on_a_machine_without_gpu(name, tmp_path):
     assert "ignores JAX_PLATFORMS" in row["hint"], row["hint"]
     _, still = _predicted(python, {**env, "JAX_PLATFORMS": "cpu"}, "ok", tmp_path)
     assert still["broken_plugins"] == [row["plugin"]], _shown(still)
-    fixed = _python(name, [_pip_step(row["hint"])], suffix="uninstalled")
+    fixed = _python(name, _pip_steps(row), suffix="uninstalled")
     _apply_env_fix(fixed, env, {}, tmp_path)
 
 
@@ -321,8 +326,7 @@ def test_rocm_plugin_without_amd_gpu(tmp_path):
     assert under_cpu["broken_plugins"] == [row["plugin"]], _shown(under_cpu)
     assert "set JAX_PLATFORMS=cpu" not in row["hint"], row["hint"]
     # Apply the fix devctl gives: pip uninstall, in a venv of its own.
-    step = _pip_step(row["hint"])
-    fixed = _python("rocm7-0.10.2", [step], suffix="uninstalled")
+    fixed = _python("rocm7-0.10.2", _pip_steps(row), suffix="uninstalled")
     doc, truth = _predicted(fixed, env, "ok", tmp_path)
     assert truth["broken_plugins"] == [] and not [b for b in doc["backends"] if b.get("plugin")], _shown(truth)
 
@@ -362,7 +366,7 @@ def test_a_skewed_pjrt_under_strict_mode_is_one_cause_with_one_fix(tmp_path):
     assert skew["fix"] == "pip install -U 'jax[cuda12]==0.10.2'" and "jaxlib" in " ".join(skew["evidence"])
     versions = _check(python, env, tmp_path, "versions")["versions"]
     assert versions["details"]["remedy"] == skew["fix"], versions
-    fixed = _python("skew-cuda12-plugin-0.9.2", [_pip_step(skew["fix"])])
+    fixed = _python("skew-cuda12-plugin-0.9.2", _pip_steps(skew))
     assert [f["code"] for f in _doctor(fixed, env, tmp_path)] == [code_of("cuda-plugin-without-gpu")]
 
 
@@ -381,7 +385,7 @@ def test_jaxlib_newer_than_jax(tmp_path):
     assert checks["backends"]["details"]["code"] == outcome["code"] and checks["backends"]["remediation"] == outcome["fix"]
     assert checks["versions"]["remediation"] == outcome["fix"], checks["versions"]
     # Apply the fix: the advised pip install, in a venv of its own.
-    fixed = _python("skew-jaxlib-newer", [_pip_step(outcome["fix"])])
+    fixed = _python("skew-jaxlib-newer", _pip_steps(outcome))
     _predicted(fixed, env, "ok", tmp_path)
 
 
@@ -399,7 +403,7 @@ def test_jaxlib_missing_is_one_cause_with_one_fix(tmp_path):
     assert {f["fix"] for f in findings if f["severity"] == "error"} == {outcome["fix"]}
     checks = _check(python, env, tmp_path, "versions", "backends")
     assert checks["versions"]["remediation"] == checks["backends"]["remediation"] == outcome["fix"], checks
-    fixed = _python("jaxlib-missing", [_pip_step(outcome["fix"])])
+    fixed = _python("jaxlib-missing", _pip_steps(outcome))
     _predicted(fixed, env, "ok", tmp_path)
 
 
@@ -417,7 +421,7 @@ def test_one_half_of_the_cuda_plugin_is_a_finding_and_its_fix_completes_it(name,
         assert pip_check.returncode != 0 and "jax-cuda12-pjrt" in pip_check.stdout.replace("_", "-").lower(), pip_check.stdout
     versions = _check(python, env, tmp_path, "versions")["versions"]
     assert versions["status"] == "pass" and versions["details"]["remedy"] == finding["fix"], versions
-    fixed = _python(name, [_pip_step(finding["fix"])])
+    fixed = _python(name, _pip_steps(finding))
     assert subprocess.run([fixed, "-m", "pip", "check"], capture_output=True, timeout=120).returncode == 0
     assert not [f for f in _doctor(fixed, env, tmp_path) if f["code"] == code_of("plugin-half-installed")]
 

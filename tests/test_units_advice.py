@@ -142,7 +142,9 @@ def test_an_entry_whose_client_fails_to_start(tmp_path):
     environ = {PJRT_ENV: ",".join([entry(tmp_path, "nvgpu"), entry(tmp_path, "other")])}
     row = BackendInfo("nvgpu", F, "FAILED_PRECONDITION: No visible GPU devices.")
     advice = for_row(row, hw(), environ=environ)
-    assert advice.code == code_of("backend-failed") and advice.fix_env == {"JAX_PLATFORMS": "cpu"}
+    assert advice.code == code_of("backend-failed")
+    # Each way the line offers is a remedy of its own, in the line's order.
+    assert [r.env for r in advice.remedies] == [{PJRT_ENV: entry(tmp_path, "other")}, {"JAX_PLATFORMS": "cpu"}]
     assert f"export {PJRT_ENV}={entry(tmp_path, 'other')}" in advice.fix
     assert "jax.devices() raises for every program" in advice.summary
 
@@ -260,3 +262,58 @@ def test_an_unexplained_failure_says_what_jax_said():
     outcome = JaxOutcome("hangs", error="no answer in 30 s", culprit=None)
     advice = for_outcome(outcome, [], hw(), environ={})
     assert advice.code == code_of("backend-failed") and advice.summary == "jax.devices() hangs: no answer in 30 s"
+
+
+# ---- the fix as data ----------------------------------------------------------------------------------------
+
+
+def _advices(tmp_path) -> dict[str, object]:
+    """One advice of each kind whose fix is commands, as a user meets them."""
+    from devctl.checks.advice import jax_platforms, xla_flags
+
+    missing = {PJRT_ENV: ",".join([entry(tmp_path, "ghost", exists=False), entry(tmp_path, "other")])}
+    two = {PJRT_ENV: ",".join([entry(tmp_path, "nvgpu"), entry(tmp_path, "other")])}
+    flags = {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=abc"}
+    return {
+        "cuda-plugin-without-gpu": for_row(BackendInfo("cuda", F, "no GPU", plugin="jax_plugins.xla_cuda12"), hw()),
+        "rocm-plugin-without-gpu": for_row(BackendInfo("rocm", F, "no GPU", plugin="jax_plugins.xla_rocm7"), hw()),
+        "hidden": for_row(BackendInfo("cuda", F, "no GPU", plugin="jax_plugins.xla_cuda12"), hw(nodes=["/dev/nvidia0"], pci=[1]), {"CUDA_VISIBLE_DEVICES": "-1"}),
+        "pjrt-entry-broken": for_row(BackendInfo("ghost", F, "not found", plugin="ghost"), hw(), missing),
+        "backend-failed-entry": for_row(BackendInfo("nvgpu", F, "FAILED_PRECONDITION: No visible GPU devices."), hw(), two),
+        "jax-jaxlib-skew": for_row(BackendInfo("jax", F, "RuntimeError: jaxlib is version 0.4.1, but this version of jax requires version >= 0.10.2."), hw()),
+        "import-fails": for_row(BackendInfo("jax", C, "killed by SIGSEGV"), hw()),
+        "libtpu-missing": for_row(BackendInfo("tpu", F, "libtpu not found"), TPU_HOST),
+        "xla-flags-invalid": xla_flags("Couldn't interpret value abc for flag xla_force_host_platform_device_count.", flags),
+        "jax-platforms-unavailable": jax_platforms({"JAX_PLATFORMS": "cuda,cpu,"}, [BackendInfo("cpu", OK, device_count=1)]),
+    }
+
+
+def test_every_command_a_fix_offers_is_said_word_for_word_from_its_data(tmp_path):
+    """Programs act on `remedies`, people copy the line: the line is written from the data, so they never part."""
+    import shlex
+
+    from devctl.model.remedy import pip_command
+
+    for name, advice in _advices(tmp_path).items():
+        assert advice is not None and advice.remedies, name
+        for remedy in advice.remedies:
+            assert remedy.env or remedy.pip, (name, remedy)
+            for args in remedy.pip:
+                assert pip_command(args) in advice.fix, (name, pip_command(args), advice.fix)
+                assert shlex.split(pip_command(args)) == ["pip", *args]  # what a shell runs is the data
+            for k, v in remedy.env.items():
+                said = f"unset {k}" if v is None else (f"{k}={v}", f"{k}={shlex.quote(v)}")
+                assert any(s in advice.fix for s in ([said] if isinstance(said, str) else said)), (name, k, v, advice.fix)
+
+
+def test_a_fix_with_two_ways_gives_both_and_only_named_packages_are_uninstalled(tmp_path):
+    advices = _advices(tmp_path)
+    cuda = advices["cuda-plugin-without-gpu"]
+    assert [r.env for r in cuda.remedies if r.env] == [{"JAX_PLATFORMS": "cpu"}]
+    (uninstall,) = [p for r in cuda.remedies for p in r.pip]
+    assert uninstall[0] == "uninstall" and all(n.startswith("jax-cuda12-") for n in uninstall[1:]), uninstall
+    # JAX_PLATFORMS does not silence the ROCm plugin: its one way is the uninstall.
+    assert [r.pip[0][0] for r in advices["rocm-plugin-without-gpu"].remedies] == ["uninstall"]
+    assert advices["xla-flags-invalid"].remedies[0].env == {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"}
+    assert advices["jax-platforms-unavailable"].remedies[0].env == {"JAX_PLATFORMS": "cpu"}
+    assert advices["libtpu-missing"].remedies[0].pip == [["install", "-U", "jax[tpu]"]]

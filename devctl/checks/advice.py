@@ -3,9 +3,9 @@
 `list` shows it beside the row, `check` gives it as the remediation and `doctor`
 as the finding, so the three never disagree. Evidence about the machine comes
 first (no NVIDIA GPU at all is not a broken plugin); error text second. Each
-advice carries a stable code (README: "Finding codes") and, where the fix is an
-environment change, that change as data (`fix_env`, None meaning unset), which
-tests/test_oracle.py applies to real JAX to prove it works.
+advice carries a stable code (README: "Finding codes") and its fix as data
+(devctl.model.remedy: environment changes, pip commands), one Remedy per way the
+line offers, which the oracle tests (tests/test_oracle*.py) apply to real JAX.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import dataclasses
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping
 
 from devctl.discovery.envvars import Assessment, EnvFix
 from devctl.model.list_ import BackendInfo, BackendStatus, JaxOutcome
+from devctl.model.remedy import Remedy, env_remedy, pip_command, pip_remedy
 from devctl.model.xla_flags import refused_flags, without, xla_flags_failure
 
 PJRT_ENV = "PJRT_NAMES_AND_LIBRARY_PATHS"
@@ -30,11 +31,16 @@ class Advice:
     finding: str  # the doctor catalogue id; `code` derives from it
     summary: str  # what is wrong, one line
     fix: str  # what to do, one line
-    fix_env: dict[str, str | None] | None = field(default=None)  # the fix as an environment change
+    remedies: tuple[Remedy, ...] = ()  # the fix as data: each way `fix` offers; none where it is no command
 
     @property
     def code(self) -> str:
         return code_of(self.finding)
+
+    @property
+    def fix_env(self) -> dict[str, str | None] | None:
+        """The environment change that fixes it (None: unset the variable), where one does."""
+        return next((dict(r.env) for r in self.remedies if r.env and not r.pip), None)
 
 
 def code_of(finding: str) -> str:
@@ -86,19 +92,28 @@ def _is_rocm(row: BackendInfo) -> bool:
 # ---- advice -------------------------------------------------------------------------------------
 
 
-def _rocm_packages(row: BackendInfo) -> str:
+def _rocm_packages(row: BackendInfo) -> list[str]:
     """The distributions that provide a ROCm plugin module: jax_plugins.xla_rocm7 -> jax-rocm7-plugin jax-rocm7-pjrt."""
     match = re.search(r"rocm(\d+)", row.plugin or "")
     series = match.group(1) if match else "7"
-    return f"jax-rocm{series}-plugin jax-rocm{series}-pjrt"
+    return _installed_of([f"jax-rocm{series}-plugin", f"jax-rocm{series}-pjrt"])
 
 
-def _cuda_packages(row: BackendInfo | None) -> str:
+def _cuda_packages(row: BackendInfo | None) -> list[str]:
     """The distributions that provide the failing CUDA plugin (jax_plugins.xla_cuda13 -> jax-cuda13-plugin
     jax-cuda13-pjrt): only what is installed is named. A row that names no series: both series' names."""
     match = re.search(r"cuda(\d+)", (row.plugin or "") if row else "")
     series = [match.group(1)] if match else ["12", "13"]
-    return " ".join(f"jax-cuda{s}-plugin jax-cuda{s}-pjrt" for s in series)
+    return _installed_of([f"jax-cuda{s}-{half}" for s in series for half in ("plugin", "pjrt")])
+
+
+def _installed_of(names: list[str]) -> list[str]:
+    """Those of `names` installed here (evidence first: no uninstall of a package that is not there); all of them
+    when none is (a plugin without its distribution's metadata: the names say what to look for)."""
+    from devctl.discovery.versions import installed_packages
+
+    have = {p.name.lower().replace("_", "-") for p in installed_packages() if p.version}
+    return [n for n in names if n in have] or names
 
 
 # CUDA_VISIBLE_DEVICES values that hide every GPU from CUDA.
@@ -116,17 +131,19 @@ def hidden_gpus(row: BackendInfo, hw, environ: Mapping[str, str]) -> Advice | No
         "no-visible-gpu",
         f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU from CUDA, and this machine has NVIDIA GPUs ({nvidia_evidence(hw)})",
         UNHIDE_GPUS,
-        {"CUDA_VISIBLE_DEVICES": None},
+        env_remedy({"CUDA_VISIBLE_DEVICES": None}),
     )
 
 
 def no_nvidia_gpu(row: BackendInfo | None = None) -> Advice:
     summary = "this machine has no NVIDIA GPU (or its driver is not loaded or not mounted into this container); JAX falls back to CPU"
-    uninstall = f"uninstall the CUDA extra (pip uninstall {_cuda_packages(row)})"
+    command = ["uninstall", *_cuda_packages(row)]
+    uninstall = f"uninstall the CUDA extra ({pip_command(command)})"
     if row is not None and row.plugin and _plugin_ignores_jax_platforms(row.plugin):
         # jax-cuda12-plugin 0.6.2's initialize() fails before it could look at JAX_PLATFORMS: only uninstalling helps.
-        return Advice("cuda-plugin-without-gpu", summary, f"to silence the CUDA plugin {uninstall}; this release ignores JAX_PLATFORMS")
-    return Advice("cuda-plugin-without-gpu", summary, f"to silence the CUDA plugin set JAX_PLATFORMS=cpu, or {uninstall}", {"JAX_PLATFORMS": "cpu"})
+        return Advice("cuda-plugin-without-gpu", summary, f"to silence the CUDA plugin {uninstall}; this release ignores JAX_PLATFORMS", pip_remedy(command))
+    fix = f"to silence the CUDA plugin set JAX_PLATFORMS=cpu, or {uninstall}"
+    return Advice("cuda-plugin-without-gpu", summary, fix, env_remedy({"JAX_PLATFORMS": "cpu"}) + pip_remedy(command))
 
 
 def _plugin_ignores_jax_platforms(module: str) -> bool:
@@ -168,10 +185,12 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None, back
     if broken and _is_rocm(row) and not amd_present(hw):
         # Unlike the CUDA plugin's, the ROCm plugin's initialize() counts AMD GPUs before it reads
         # JAX_PLATFORMS (jax-rocm7-plugin 0.10.2): JAX logs its error under JAX_PLATFORMS=cpu too.
+        command = ["uninstall", *_rocm_packages(row)]
         return Advice(
             "rocm-plugin-without-gpu",
             "this machine has no AMD GPU visible through /sys/class/kfd; JAX logs the ROCm plugin's error and falls back to CPU",
-            f"to silence the ROCm plugin uninstall it (pip uninstall {_rocm_packages(row)}); JAX_PLATFORMS=cpu does not silence it",
+            f"to silence the ROCm plugin uninstall it ({pip_command(command)}); JAX_PLATFORMS=cpu does not silence it",
+            pip_remedy(command),
         )
     if broken and row.platform in env_entries(environ):
         # Its library loaded (a failed load is the entry's advice above); its client did not start.
@@ -180,7 +199,7 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None, back
             "backend-failed",
             f"the {row.platform} backend of {PJRT_ENV} fails to start, so jax.devices() {'raises' if row.status is BackendStatus.FAILED else 'dies'} for every program",
             f"drop it from {PJRT_ENV} ({_without(row.platform, environ)}), or set JAX_PLATFORMS=cpu to skip it",
-            {"JAX_PLATFORMS": "cpu"},
+            env_remedy({PJRT_ENV: _remaining(row.platform, environ)}) + env_remedy({"JAX_PLATFORMS": "cpu"}),
         )
     if row.plugin and row.status is BackendStatus.FAILED:
         # JAX logs it and goes on; JAX_PLATFORMS does not stop it: JAX imports every plugin it finds.
@@ -206,7 +225,8 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None, back
         named = jax_platforms(environ, backends or [row])
         return named or Advice("jax-platforms-unavailable", "this machine has no TPU chip, and JAX_PLATFORMS names tpu", "drop tpu from JAX_PLATFORMS")
     if row.platform == "tpu" and "libtpu" in (row.error or ""):
-        return Advice("libtpu-missing", "TPU chips are present but libtpu cannot be loaded", "pip install -U 'jax[tpu]'")
+        command = ["install", "-U", "jax[tpu]"]
+        return Advice("libtpu-missing", "TPU chips are present but libtpu cannot be loaded", pip_command(command), pip_remedy(command))
     if row.status is BackendStatus.SKIPPED:
         return None
     quiet = row.fail_quietly and not environ.get("JAX_PLATFORMS")
@@ -214,11 +234,13 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None, back
         "backend-failed",
         f"the {row.platform} backend fails to start" + ("; JAX ignores it" if quiet else "; jax.devices() raises for every program"),
         f"fix what its error says, or uninstall the plugin that provides {row.platform}; meanwhile JAX_PLATFORMS=cpu skips it",
-        None if quiet else {"JAX_PLATFORMS": "cpu"},
+        () if quiet else env_remedy({"JAX_PLATFORMS": "cpu"}),
     )
 
 
 _JAXLIB_NEWER = re.compile(r"jaxlib version (\S+) is newer than and incompatible with jax version (\S+?)\.?(?:\s|$)")
+# jax._src.config.bool_env's words for a JAX_* boolean it cannot read (JAX_ENABLE_X64=maybe).
+_BAD_TRUTH_VALUE = re.compile(r"invalid truth value '(.*?)' for environment '(\w+)'")
 _JAXLIB_OLDER = re.compile(r"jaxlib is version (\S+), but this version of jax requires version >= (\S+?)\.?(?:\s|$)")
 
 
@@ -229,9 +251,16 @@ def jax_import(row: BackendInfo) -> Advice:
         from devctl.discovery.versions import installed_packages, stack_fix
 
         fix = stack_fix(installed_packages())
+        command = fix.pip if fix else ["install", "-U", "jax", "jaxlib"]
+        summary = "jaxlib is not installed: `import jax` raises, so every JAX program fails; JAX_PLATFORMS does not help"
+        return Advice("jaxlib-missing", summary, pip_command(command), pip_remedy(command))
+    if (bad := _BAD_TRUTH_VALUE.search(error)) is not None:
+        value, name = bad.groups()
         return Advice(
-            "jaxlib-missing", "jaxlib is not installed: `import jax` raises, so every JAX program fails; JAX_PLATFORMS does not help",
-            fix.command if fix else "pip install -U jax jaxlib",
+            "jax-env-invalid",
+            f"{name}={value!r} is no truth value to JAX: `import jax` raises ValueError, so every JAX program fails; JAX_PLATFORMS does not help",
+            f"unset {name}, or set it to true or false",
+            env_remedy({name: None}),
         )
     newer, older = _JAXLIB_NEWER.search(error), _JAXLIB_OLDER.search(error)
     if newer or older:
@@ -242,20 +271,22 @@ def jax_import(row: BackendInfo) -> Advice:
         fix = stack_fix(installed_packages())
         named = newer.group(2) if newer else None  # the jax of the error: another host's, under --distributed
         if fix is not None and named in (None, fix.jax_version):
-            command = fix.command
+            command = fix.pip
         else:
             version = named or (fix.jax_version if fix else None)
-            command = f"pip install -U 'jax=={version}' 'jaxlib=={version}'" if version else "pip install -U jax jaxlib"
+            command = ["install", "-U", f"jax=={version}", f"jaxlib=={version}"] if version else ["install", "-U", "jax", "jaxlib"]
         if newer:
             what = f"jaxlib {newer.group(1)} is newer than jax {newer.group(2)}"
         else:
             assert older is not None  # one of the two matched
             what = f"jaxlib {older.group(1)} is older than jax needs ({older.group(2)})"
-        return Advice("jax-jaxlib-skew", f"{what}: `import jax` raises, so every JAX program fails; JAX_PLATFORMS does not help", command)
+        summary = f"{what}: `import jax` raises, so every JAX program fails; JAX_PLATFORMS does not help"
+        return Advice("jax-jaxlib-skew", summary, pip_command(command), pip_remedy(command))
+    # No remedy as data: reinstalling cures a broken install, not every cause an import can have.
     return Advice(
         "backend-failed",
         f"`import jax` {'raises' if row.status is BackendStatus.FAILED else 'dies'}, so every JAX program fails before any backend starts; JAX_PLATFORMS does not help",
-        "fix what its error says; a broken install is fixed by reinstalling both at one version: pip install -U --force-reinstall jax jaxlib",
+        f"fix what its error says; a broken install is fixed by reinstalling both at one version: {pip_command(['install', '-U', '--force-reinstall', 'jax', 'jaxlib'])}",
     )
 
 
@@ -270,7 +301,7 @@ def xla_flags(refused: str, environ: Mapping[str, str]) -> Advice:
         "xla-flags-invalid",
         f"XLA refuses XLA_FLAGS ({refused}) and ends the process inside jax.devices() (exit status 1; older XLA aborts): every JAX program, whatever JAX_PLATFORMS says",
         fix,
-        {"XLA_FLAGS": rest} if items else None,
+        env_remedy({"XLA_FLAGS": rest or None}) if items else (),
     )
 
 
@@ -317,14 +348,17 @@ def jax_platforms(environ: Mapping[str, str], backends: list[BackendInfo]) -> Ad
         "jax-platforms-unavailable",
         f"JAX_PLATFORMS={value!r}: {'; '.join(said)}",
         f"export JAX_PLATFORMS={fixed}" if fixed else "unset JAX_PLATFORMS, so JAX picks the best backend that starts",
-        {"JAX_PLATFORMS": fixed},
+        env_remedy({"JAX_PLATFORMS": fixed}),
     )
 
 
 def _starts(platform: str, rows: dict[str, BackendInfo]) -> bool:
     """Whether the platform starts here: its row says so; jaxlib's own CPU backend, probed or not, unless its
-    row says otherwise (a JAX_PLATFORMS of "CPU" probes no "cpu" row)."""
+    row says otherwise (a JAX_PLATFORMS of "CPU" probes no "cpu" row). A row XLA's flag parser ended is no
+    fault of JAX_PLATFORMS: XLA_FLAGS ends every backend, and is said as the cause on its own."""
     row = rows.get(platform)
+    if row is not None and xla_flags_failure(row.error or "") is not None:
+        return True
     return row.status is BackendStatus.OK if row is not None else platform == "cpu"
 
 
@@ -374,13 +408,13 @@ def pjrt_entry(row: BackendInfo, environ: Mapping[str, str]) -> Advice:
             "pjrt-entry-broken",
             f"{PJRT_ENV} entry {row.platform} registers a platform an installed plugin already registered, so every jax.devices() raises, even with JAX_PLATFORMS=cpu",
             f"drop it, the installed plugin provides {row.platform}: {_without(row.platform, environ)}",
-            {PJRT_ENV: _remaining(row.platform, environ)},
+            env_remedy({PJRT_ENV: _remaining(row.platform, environ)}),
         )
     return Advice(
         "pjrt-entry-broken",
         f"{PJRT_ENV} entry {row.platform} cannot be loaded, so every jax.devices() {'raises' if row.status is BackendStatus.FAILED else 'dies'}, even with JAX_PLATFORMS=cpu",
         f"fix its path, or drop it: {_without(row.platform, environ)}",
-        {PJRT_ENV: _remaining(row.platform, environ)},
+        env_remedy({PJRT_ENV: _remaining(row.platform, environ)}),
     )
 
 

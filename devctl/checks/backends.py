@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from devctl.checks.verdict import Verdict, failed, join, passed, skipped, warned
+from devctl.model import to_jsonable
 from devctl.model.list_ import BackendStatus
 from devctl.model.memstats import usable_memory
 from devctl.units import format_bytes
@@ -63,6 +64,7 @@ def check_backends(ctx: Context) -> Verdict:
     if outcome is not None and outcome.fails:
         # JAX as a whole fails: that is the verdict, with the advice list and doctor give for it.
         details["code"] = outcome.code
+        details["remedies"] = to_jsonable(outcome.remedies)  # the fix as data (model.remedy), as list and doctor give it
         others = [_failure(b, exp.timeout_s) for b in down if b.platform != outcome.culprit]
         lines = [f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit}", *problems, *others]
         return failed(join(lines, 2), outcome.fix or "run devctl doctor for a diagnosis", **details)
@@ -76,7 +78,10 @@ def check_backends(ctx: Context) -> Verdict:
     skipped = [f"{b.platform} {b.status.value}" + (f" ({b.summary})" if b.summary else "") for b in down]
     if down and inv.unused_accelerators:
         # JAX works, but not on this machine's accelerator: the advice of the row that should have used it.
-        return warned(f"{summary}; {join(skipped, 2)}", next((b.hint for b in down if b.hint), None) or "run devctl doctor", **details)
+        advised = next((b for b in down if b.hint), None)
+        if advised is not None:
+            details.update(code=advised.code, remedies=to_jsonable(advised.remedies))
+        return warned(f"{summary}; {join(skipped, 2)}", advised.hint if advised else "run devctl doctor", **details)
     return passed(f"{summary}; JAX goes on without {join(skipped, 2)}" if skipped else summary, **details)
 
 
@@ -116,6 +121,7 @@ def check_devices(ctx: Context) -> Verdict:
         # One cause, one fix: the backends row names it, and it is what gives this row no device.
         problems.insert(0, f"no {scope} device: jax.devices() {outcome.result}")
         remedies.insert(0, outcome.fix or "run devctl doctor for a diagnosis")
+        details["remedies"] = to_jsonable(outcome.remedies)
     if problems:
         return failed(join(problems), remedies[0], **details)
     if not devices:

@@ -164,6 +164,11 @@ CATALOGUE: dict[str, KnownFailure] = {
             "remove or correct that flag in XLA_FLAGS",
         ),
         KnownFailure(
+            "jax-env-invalid", None, "a JAX_* variable JAX cannot read",
+            "JAX reads its JAX_* configuration variables when it is imported; a boolean one whose value is not a truth value (true/false, 1/0, yes/no, on/off) makes `import jax` raise ValueError, whatever JAX_PLATFORMS says",
+            "unset the variable, or give it a truth value (true or false)",
+        ),
+        KnownFailure(
             "cuda-plugin-without-gpu", None, "CUDA plugin installed on a machine without an NVIDIA GPU",
             "jax[cuda12]/[cuda13] is installed but this machine has no NVIDIA GPU (or its driver is not loaded or not mounted): the plugin's initialize() fails, JAX logs the error and falls back to CPU",
             "to silence the plugin set JAX_PLATFORMS=cpu, or uninstall the CUDA extra",
@@ -227,6 +232,7 @@ MESSAGES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("cpu-without-avx", r"built using AVX instructions"),
         ("xla-flags-invalid", r"Unknown flags? in XLA_FLAGS|Couldn't interpret value .* for flag"),
         ("jaxlib-missing", r"jax requires jaxlib to be installed"),
+        ("jax-env-invalid", r"invalid truth value .* for environment"),
     )
 )  # fmt: skip
 

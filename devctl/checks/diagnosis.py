@@ -54,12 +54,13 @@ def diagnose(s: Scene) -> list[DoctorFinding]:
     for d in drafts:
         m = merged.get(d.id)
         if m is None:
-            merged[d.id] = Draft(d.id, list(d.evidence), list(d.checks), d.fix, d.severity, list(d.backends))
+            merged[d.id] = Draft(d.id, list(d.evidence), list(d.checks), d.fix, list(d.remedies), d.severity, list(d.backends))
             continue
         m.evidence += [e for e in d.evidence if e not in m.evidence]
         m.checks += [c for c in d.checks if c not in m.checks]
         m.backends += [b for b in d.backends if b not in m.backends]
-        m.fix = m.fix or d.fix
+        if not m.fix:  # the first rule's fix wins, and its data comes with it
+            m.fix, m.remedies = d.fix, list(d.remedies)
         if d.severity == "error":
             m.severity = "error"
     for d in merged.values():
@@ -126,6 +127,7 @@ def _finding(d: Draft) -> DoctorFinding:
         evidence=d.evidence,
         cause=known.cause,
         fix=d.fix or known.fix,
+        remedies=d.remedies if d.fix else [],
         references=list(known.references),
         checks=d.checks,
         backends=d.backends,

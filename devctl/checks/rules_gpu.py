@@ -13,6 +13,7 @@ from typing import Iterable
 from devctl.checks.advice import HIDDEN_GPU_VALUES, UNHIDE_GPUS
 from devctl.checks.catalogue import CUDA_FIX
 from devctl.checks.scene import Draft, Scene, cuda_for_branch, driver_branch, few
+from devctl.model.remedy import env_remedy
 from devctl.units import format_bytes
 
 _PREALLOCATE_OFF = ("false", "False", "0")
@@ -60,6 +61,7 @@ def hidden_gpus(s: Scene) -> Iterable[Draft]:
             [f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU from CUDA, and {len(gpus)} NVIDIA GPU(s) are present"],
             ["devices", "backends", "env"],
             fix=UNHIDE_GPUS,
+            remedies=list(env_remedy({"CUDA_VISIBLE_DEVICES": None})),
             backends=s.cuda_rows(),
         )
     bound = [f.address for f in s.hw.nvidia_pci if f.driver == "nvidia"]
@@ -138,6 +140,7 @@ def cuda_library_shadowed(s: Scene) -> Iterable[Draft]:
         [f"LD_LIBRARY_PATH puts {'; '.join(dirs)} ahead of the pip CUDA libraries ({pip})"],
         ["env", "backends"],
         fix=f"unset LD_LIBRARY_PATH (or drop {', '.join(s.facts.ld_library_cuda)} from it) so JAX loads the pip wheels",
+        remedies=list(env_remedy({"LD_LIBRARY_PATH": None})),
         severity="warning",
     )
 

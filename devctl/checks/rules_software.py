@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from devctl.checks.advice import finding_of
+from devctl.checks.advice import code_of, finding_of
 from devctl.checks.catalogue import MESSAGES
 from devctl.checks.scene import BROKEN, Draft, Scene, Severity, explained_by_evidence
 from devctl.discovery.versions import HALF_INSTALLED, JAXLIB_MISSING
 from devctl.model.env import EnvFinding
+from devctl.model.plugins import PluginSource
+from devctl.model.remedy import pip_remedy
 
 # A TPU finding already explains why the tpu backend and libtpu fail: they are not named again.
 _TPU_IDS = ("tpu-held", "libtpu-missing", "tpu-device-permission", "multihost-slice-waiting")
@@ -23,14 +25,18 @@ def jax_devices_fails(s: Scene) -> Iterable[Draft]:
     outcome = getattr(s.inv, "jax_outcome", None)
     if outcome is None or not outcome.fails or not outcome.code:
         return
-    finding, fix = finding_of(outcome.code), outcome.fix
+    finding, fix, remedies = finding_of(outcome.code), outcome.fix, outcome.remedies
     if finding in ("backend-failed", "plugin-broken"):
         # A generic advice: a catalogue entry that recognizes JAX's words says more.
         known = next((fid for fid, pattern in MESSAGES if pattern.search(outcome.error or "")), None)
-        finding, fix = (known, None) if known else (finding, fix)
+        finding, fix, remedies = (known, None, []) if known else (finding, fix, remedies)
     culprit = s.not_ok(b for b in s.inv.backends if b.platform == outcome.culprit)
     evidence = [f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit}"]
-    yield Draft(finding, evidence, ["backends", "devices"], fix=fix, backends=culprit)
+    # The checks that fail of it: a variable's cause fails the env check too (its row says the same fix).
+    checks = ["backends", "devices"] + (["env"] if finding in ("xla-flags-invalid", "jax-platforms-unavailable", "jax-env-invalid") else [])
+    if any(b.plugin for b in s.inv.backends if b.platform == outcome.culprit):
+        checks.append("plugins")  # a plugin that kills or hangs every JAX program fails the plugins check too
+    yield Draft(finding, evidence, checks, fix=fix, remedies=list(remedies), backends=culprit)
 
 
 def evidence_first(s: Scene) -> Iterable[Draft]:
@@ -49,7 +55,8 @@ def evidence_first(s: Scene) -> Iterable[Draft]:
         outcome = getattr(s.inv, "jax_outcome", None)
         fails = outcome is not None and outcome.fails
         severity: Severity = "error" if fails or finding in ("nvidia-driver-not-mounted", "pjrt-entry-broken") else "warning"
-        yield Draft(finding, evidence, ["plugins"] if b.plugin else ["backends"], fix=b.hint, severity=severity, backends=[b.platform])
+        checks = ["plugins"] if b.plugin else ["backends"]
+        yield Draft(finding, evidence, checks, fix=b.hint, remedies=list(b.remedies), severity=severity, backends=[b.platform])
 
 
 # Entries about NVIDIA GPUs that are there: their words in an error say nothing on a machine without one (the
@@ -78,12 +85,17 @@ def jax_platforms_unavailable(s: Scene) -> Iterable[Draft]:
     entries = (s.environ.get("JAX_PLATFORMS") or "").split(",")
     names = [e.strip().lower() for e in entries if e.strip()]
     # The rows of the platforms it names, and those only its misnamed entries made ("CPU", " cpu", "").
-    rows = [b for b in s.inv.backends if b.platform in entries or any(platform_matches(n, b.platform) for n in names)]
+    # ...and every row whose own advice is this one (JAX_PLATFORMS=gpu makes a oneapi row no plugin provides).
+    rows = [
+        b for b in s.inv.backends
+        if b.platform in entries or any(platform_matches(n, b.platform) for n in names) or b.code == code_of("jax-platforms-unavailable")
+    ]  # fmt: skip
     outcome = getattr(s.inv, "jax_outcome", None)
     evidence = [found.summary]
     if outcome is not None and outcome.result == "ok":
         evidence.append(f"JAX skips what does not start and runs on {outcome.default_backend}")
-    yield Draft("jax-platforms-unavailable", evidence, ["backends", "devices", "env"], fix=found.fix, backends=s.not_ok(rows))
+    checks = ["backends", "devices", "env"]
+    yield Draft("jax-platforms-unavailable", evidence, checks, fix=found.fix, remedies=list(found.remedies), backends=s.not_ok(rows))
 
 
 def version_skew(s: Scene) -> Iterable[Draft]:
@@ -128,7 +140,7 @@ def version_skew(s: Scene) -> Iterable[Draft]:
         fid = "libtpu-version-skew"
     worst: Severity = "error" if any(f.severity == "error" for f in stack) else "warning"
     evidence = [f.message for f in stack] + ([f"the fix {fix.summary}"] if fix.summary else [])
-    yield Draft(fid, evidence, ["versions"], fix=fix.command, severity=worst, backends=_skewed_rows(s, stack))
+    yield Draft(fid, evidence, ["versions"], fix=fix.command, remedies=list(pip_remedy(fix.pip)), severity=worst, backends=_skewed_rows(s, stack))
 
 
 def _skewed_rows(s: Scene, skews: list[EnvFinding]) -> list[str]:
@@ -146,7 +158,8 @@ def pjrt_api_mismatch(s: Scene) -> Iterable[Draft]:
     own version and rule as measured; compatibility mode, the default, takes any 0.x with x >= 29."""
     from devctl.checks.software import pjrt_refusal, pjrt_refused, pjrt_remedy
 
-    fix_command = s.env.stack_fix.command if s.env.stack_fix is not None else None
+    fix = s.env.stack_fix
+    fix_command = fix.command if fix is not None else None
     stack = {p.name for p in s.env.packages if p.role in ("pjrt", "libtpu")}
     for p in s.inv.plugins:
         if not pjrt_refused(p):
@@ -156,7 +169,9 @@ def pjrt_api_mismatch(s: Scene) -> Iterable[Draft]:
         if packaged:
             # A package of the stack at another release than jaxlib's: the skew is the cause (strict mode only makes
             # it refused), and the stack's one fix cures both: one finding with the version skew's.
-            yield Draft("plugin-version-skew", evidence, ["versions", "plugins", "backends"], fix=fix_command, backends=s.rows_of_plugin(p))
+            checks = ["versions", "plugins", "backends"]
+            remedies = list(pip_remedy(fix.pip)) if fix is not None else []
+            yield Draft("plugin-version-skew", evidence, checks, fix=fix_command, remedies=remedies, backends=s.rows_of_plugin(p))
             continue
         # Strict mode (ENABLE_PJRT_COMPATIBILITY): the setting; else that entry or package. Never "set
         # ENABLE_PJRT_COMPATIBILITY=true" for a library compatibility mode itself refuses.
@@ -177,9 +192,9 @@ def unrecognized_failures(s: Scene, drafts: list[Draft]) -> Iterable[Draft]:
             continue
         evidence = [f"{b.platform} {'plugin' if b.plugin else 'backend'} {b.status.value}: {b.error}"]
         if b.plugin:
-            yield Draft("plugin-broken", evidence, ["plugins"], fix=b.hint, backends=[b.platform])
+            yield Draft("plugin-broken", evidence, ["plugins"], fix=b.hint, remedies=list(b.remedies), backends=[b.platform])
         else:
-            yield Draft("backend-failed", evidence, ["backends"], fix=b.hint, backends=[b.platform])
+            yield Draft("backend-failed", evidence, ["backends"], fix=b.hint, remedies=list(b.remedies), backends=[b.platform])
     from devctl.checks.software import is_plugin_failure
 
     for p in s.inv.plugins:
@@ -189,4 +204,8 @@ def unrecognized_failures(s: Scene, drafts: list[Draft]) -> Iterable[Draft]:
             continue  # the same plugin as a row the evidence already explains
         if is_plugin_failure(p) and not (p.error and p.error in said):
             evidence = [f"plugin {p.name} ({p.source.value}): {p.status.value}: {p.error}"]
+            if p.source is PluginSource.ENV and any(d.id == "pjrt-entry-broken" for d in drafts):
+                # JAX stops at the first entry that fails; the entry's fix drops every entry whose file is missing.
+                yield Draft("pjrt-entry-broken", evidence, ["plugins"], backends=s.rows_of_plugin(p))
+                continue
             yield Draft("plugin-broken", evidence, ["plugins"], backends=s.rows_of_plugin(p))

@@ -18,6 +18,7 @@ from devctl.model.env import EnvironmentReport, PackageVersion
 from devctl.model.hardware import MachineFacts, NvmlHealth
 from devctl.model.list_ import BackendInfo, BackendStatus, Hardware, Inventory
 from devctl.model.plugins import PluginReport
+from devctl.model.remedy import Remedy
 
 BROKEN = (BackendStatus.FAILED, BackendStatus.TIMEOUT, BackendStatus.CRASHED)
 Severity = Literal["error", "warning", "info"]  # model.doctor.DoctorFinding.severity
@@ -110,6 +111,7 @@ class Draft:
     evidence: list[str]
     checks: list[str]
     fix: str | None = None  # None: the catalogue's fix
+    remedies: list[Remedy] = field(default_factory=list)  # `fix` as data (model.remedy), where it is commands
     severity: Severity = "error"
     backends: list[str] = field(default_factory=list)  # the rows (platforms) whose failure this explains: Scene.not_ok
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from devctl.checks.verdict import Verdict, failed, join, passed, warned
+from devctl.model import to_jsonable
 from devctl.model.plugins import PluginStatus
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def check_versions(ctx: Context) -> Verdict:
         details["pjrt_api_versions"] = pjrt  # jaxlib's own beside each plugin library's
     fix = env.stack_fix
     if fix is not None:  # one command for every skew: each finding's remediation is this command
-        details["fix"] = {"command": fix.command, "changes": [f"{c.name} {c.installed or '(not installed)'} -> {c.target}" for c in fix.changes]}
+        details["fix"] = {"command": fix.command, "pip": fix.pip, "changes": [f"{c.name} {c.installed or '(not installed)'} -> {c.target}" for c in fix.changes]}
     found = errors + warnings
     if not found:
         return passed(f"{stack or 'jax and jaxlib'}: consistent", **details)
@@ -53,6 +54,7 @@ def check_plugins(ctx: Context) -> Verdict:
     problems: list[str] = []
     remedies: list[str] = []
     codes: list[str | None] = []  # the finding code of each remedy: list's and doctor's for the same row
+    data: list[list] = []  # each remedy as data (model.remedy), where it is commands
     names: list[str] = []
     for p in inv.plugins:
         names.append(p.name)
@@ -61,21 +63,26 @@ def check_plugins(ctx: Context) -> Verdict:
             problems.append(f"{p.name}: {row.status.value}: {row.error}")
             remedies.append(row.hint or f"reinstall or uninstall {p.distribution or p.module or p.name}")
             codes.append(row.code)
+            data.append(to_jsonable(row.remedies) if row.hint else [])
         elif is_plugin_failure(p):
             problems.append(f"{p.name}: {p.status.value}: {p.error}")
             remedies.append(_plugin_remedy(p))
             codes.append(None)
+            data.append([])
         elif pjrt_refused(p):
             problems.append(f"{p.name}: {pjrt_refusal(p)}")
             remedies.append(pjrt_remedy(p))
             codes.append(None)
+            data.append([])
     for row in broken_init.values():  # a failing plugin discovery did not list (entry point only seen by JAX)
         names.append(row.platform)
         problems.append(f"{row.platform}: {row.status.value}: {row.error}")
         remedies.append(row.hint or "reinstall or uninstall it")
         codes.append(row.code)
-    details = {"plugins": names, "problems": problems}
+        data.append(to_jsonable(row.remedies) if row.hint else [])
+    details: dict[str, Any] = {"plugins": names, "problems": problems}
     if problems:
+        details["remedies"] = data[0]
         # The one rule (devctl.checks.diagnosis.severity_of): a failure when jax.devices() fails, a warning when
         # JAX works but leaves this machine's accelerator unused, else JAX goes on without them (info).
         outcome = inv.jax_outcome

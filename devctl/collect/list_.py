@@ -182,7 +182,7 @@ def with_hint(b: BackendInfo, hw: Hardware, backends: list[BackendInfo] | None =
     advice = for_row(b, hw, backends=backends)
     if advice is None:
         return b
-    return dataclasses.replace(b, hint=advice.fix, code=advice.code, summary=advice.summary)
+    return dataclasses.replace(b, hint=advice.fix, code=advice.code, summary=advice.summary, remedies=list(advice.remedies))
 
 
 def with_advice(outcome: JaxOutcome | None, backends: list[BackendInfo], hw: Hardware) -> JaxOutcome | None:
@@ -193,7 +193,7 @@ def with_advice(outcome: JaxOutcome | None, backends: list[BackendInfo], hw: Har
     advice = for_outcome(outcome, backends, hw)
     if advice is None:
         return outcome
-    return dataclasses.replace(outcome, code=advice.code, summary=advice.summary, fix=advice.fix, fix_env=advice.fix_env)
+    return dataclasses.replace(outcome, code=advice.code, summary=advice.summary, fix=advice.fix, fix_env=advice.fix_env, remedies=list(advice.remedies))
 
 
 def quiet_tpu_without_chips(b: BackendInfo, hw: Hardware) -> BackendInfo:

@@ -395,6 +395,14 @@ _REMEDIES = {
 }
 
 
+# JAX's boolean configuration variables, read at import by jax._src.config.bool_env, and the values it takes.
+JAX_BOOLEANS = frozenset({
+    "JAX_ENABLE_X64", "JAX_DEBUG_NANS", "JAX_DEBUG_INFS", "JAX_DISABLE_JIT", "JAX_LOG_COMPILES", "JAX_ENABLE_CHECKS",
+    "JAX_CHECK_TRACER_LEAKS", "JAX_EXPLAIN_CACHE_MISSES",
+})  # fmt: skip
+_TRUTH_VALUES = frozenset({"y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0"})
+
+
 def assess_env(environ: Mapping[str, str] | None = None) -> list[Assessment]:
     """Every set variable that affects JAX's device behaviour, with what its value means, and every other JAX_*/XLA_* one."""
     environ = os.environ if environ is None else environ
@@ -407,6 +415,11 @@ def assess_env(environ: Mapping[str, str] | None = None) -> list[Assessment]:
             continue
         if name in rules.numbers:
             out.append(_assess_number(name, value, environ, rules))
+            continue
+        if name in JAX_BOOLEANS and value.lower() not in _TRUTH_VALUES:
+            # jax._src.config.bool_env raises ValueError at `import jax` (checks.advice: jax-env-invalid, the same fix).
+            refused = f"{value!r} is no truth value: `import jax` raises ValueError (invalid truth value)"
+            out.append(Assessment(name, value, "", refused, "error", f"unset {name}, or set it to true or false", EnvFix(unset=(name,))))
             continue
         explain = _EXPLAIN.get(name)
         if explain is None and not name.startswith(("JAX_", "XLA_", "PJRT_", "TPU_", "LIBTPU")):

@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from devctl.model.env import EnvFinding, PackageChange, PackageVersion, StackFix
 from devctl.model.plugins import FrameworkPjrt
+from devctl.model.remedy import pip_command
 
 _PLUGIN_RE = re.compile(r"^jax[-_](cuda\d+|rocm\d+|oneapi)[-_](plugin|pjrt)$")
 _VERSION_PREFIX = re.compile(r"[0-9]+(?:\.[0-9]+)*")
@@ -235,10 +236,10 @@ def plan_stack_fix(
                 targets[tpu] = accelerator_extras[extra]["libtpu"][0] or "?"
     chosen = sorted(set(chosen))
     if chosen:
-        parts = [f"'jax[{','.join(chosen)}]=={jax_version}'"]
+        parts = [f"jax[{','.join(chosen)}]=={jax_version}"]
     else:
-        parts = [f"'jax=={jax_version}'", f"'jaxlib=={release_jaxlib}'"]
-    parts += [f"'{n}=={v}'" for n, v in sorted(explicit.items())]
+        parts = [f"jax=={jax_version}", f"jaxlib=={release_jaxlib}"]
+    parts += [f"{n}=={v}" for n, v in sorted(explicit.items())]
 
     changes = []
     for name, target in targets.items():
@@ -250,7 +251,8 @@ def plan_stack_fix(
     changes.sort(key=lambda c: (c.name != "jaxlib", c.name))
     moved = ", ".join(f"{c.name} {c.installed or '(not installed)'} -> {c.target}" for c in changes)
     return StackFix(
-        command="pip install -U " + " ".join(parts),
+        command=pip_command(["install", "-U", *parts]),
+        pip=["install", "-U", *parts],
         jax_version=jax_version,
         extras=chosen,
         changes=changes,

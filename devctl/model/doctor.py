@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 from devctl.model import json_schema
 from devctl.model.check import CHECK_NAMES, FINDING_CODE_PATTERN, CheckResult
 from devctl.model.list_ import JaxOutcome
+from devctl.model.remedy import Remedy
 
 DOCTOR_SCHEMA = "devctl.doctor/1"
 
@@ -38,6 +39,7 @@ class DoctorFinding:
     evidence: list[str] = field(metadata=json_schema(minItems=1))  # exact messages or facts, one per line
     cause: str
     fix: str  # the command or setting
+    remedies: list[Remedy] = field(default_factory=list)  # `fix` as data: each way it offers (model.remedy); none for advice in words
     references: list[str] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)  # checks whose verdict this explains
     backends: list[str] = field(default_factory=list)  # backend and plugin rows (their platform in devctl list) whose failure this explains

@@ -40,6 +40,7 @@ class StackFix:
     extras: list[str]  # the jax extras the command installs, e.g. ["cuda12-local"]
     changes: list[PackageChange] = field(default_factory=list)  # what the command changes
     summary: str = ""
+    pip: list[str] = field(default_factory=list)  # the command as data: its arguments after `pip` (model.remedy)
 
 
 @dataclass(frozen=True)

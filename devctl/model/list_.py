@@ -17,6 +17,7 @@ from devctl.model.hardware import (
     TpuReport,
 )
 from devctl.model.plugins import AttributeValue, PjrtApiVersion, PluginReport
+from devctl.model.remedy import Remedy
 
 SCHEMA = "devctl.list/1"
 
@@ -49,6 +50,7 @@ class BackendInfo:
     hint: str | None = None  # what to do, one line (devctl.checks.advice)
     code: str | None = field(default=None, metadata=json_schema(pattern=FINDING_CODE_PATTERN))  # the finding code of that advice (README: finding codes)
     summary: str | None = None  # what is wrong, in the machine's terms (the error says it in the library's)
+    remedies: list[Remedy] = field(default_factory=list)  # `hint` as data: each way it offers (model.remedy)
 
     @property
     def skipped_quietly(self) -> bool:
@@ -100,6 +102,7 @@ class JaxOutcome:
     summary: str | None = None
     fix: str | None = None
     fix_env: dict[str, str | None] | None = None  # the fix as an environment change (None: unset the variable)
+    remedies: list[Remedy] = field(default_factory=list)  # the fix as data: each way it offers (model.remedy)
 
     @property
     def fails(self) -> bool:
