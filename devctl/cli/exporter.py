@@ -7,13 +7,12 @@ from __future__ import annotations
 import errno
 import ipaddress
 import sys
-import time
 from typing import Annotated, Optional
 
 import typer
 
 from devctl.cli import completion
-from devctl.cli.options import check_output_path, check_timeout, shown, write_output
+from devctl.cli.options import check_output_path, check_timeout, shown
 from devctl.errors import UsageError
 from devctl.model.exporter import DEFAULT_LISTEN, DEFAULT_SCRAPE_TIMEOUT_S
 
@@ -23,7 +22,8 @@ ListenOpt = Annotated[
         "--listen",
         metavar="HOST:PORT",
         help=f"Serve /metrics here (default {DEFAULT_LISTEN}: this host only). 0.0.0.0:PORT or [::]:PORT serves every "
-        "interface: the metrics name your jobs' commands and pids.",
+        "interface: the metrics name your jobs' commands and pids. A name serves each of its addresses; port 0 a free "
+        "port, said on stderr.",
     ),
 ]
 TextfileOpt = Annotated[
@@ -68,17 +68,18 @@ def exporter(
     if interval is not None and textfile is None:
         raise UsageError("--interval needs --textfile PATH (a server is scraped at Prometheus' own interval)")
     interval_s = check_interval(interval)
-    address = parse_listen(listen or DEFAULT_LISTEN)
+    address = parse_listen(listen if listen is not None else DEFAULT_LISTEN)
     if textfile is not None:
         check_output_path("--textfile", textfile)
     timeout_s = check_timeout(timeout) if timeout is not None else DEFAULT_SCRAPE_TIMEOUT_S
 
     from prometheus_client import CollectorRegistry, generate_latest
 
+    from devctl.collect import exporter_server
     from devctl.collect.exporter import Exporter
 
     source = Exporter(per_process=per_process, probe_timeout_s=max(timeout_s, 30.0))
-    server = None if once or textfile is not None else _bind(address)  # a port in use is said before probing
+    sockets = [] if once or textfile is not None else _bind(address)  # a port in use is said before probing
     try:
         source.start()
         registry = CollectorRegistry(auto_describe=False)
@@ -86,19 +87,20 @@ def exporter(
         if once:
             sys.stdout.write(generate_latest(registry).decode("utf-8"))
             return
-        if textfile is not None:
-            _write_every(textfile, interval_s, lambda: generate_latest(registry))
-            return
-        assert server is not None
-        _serve(server, registry, address)
+        with exporter_server.Stop() as stop:
+            if textfile is not None:
+                exporter_server.write_every(textfile, interval_s, lambda: generate_latest(registry), stop, _say)
+            else:
+                _say("devctl exporter: serving " + ", ".join(exporter_server.url(s) for s in sockets))
+                exporter_server.serve(sockets, registry, stop, say=_say)
     finally:  # a source stuck in a driver call is a daemon thread: it does not hold up the exit
-        if server is not None:
-            server.server_close()
+        for s in sockets:
+            s.close()
 
 
 class Collector:
-    """A prometheus_client collector: each scrape collects afresh (devctl.collect.exporter, bounded by `timeout_s`)
-    and renders the collection as metric families (devctl.render.prometheus)."""
+    """A prometheus_client collector: each scrape gets a fresh collection (devctl.collect.exporter, bounded by
+    `timeout_s`, shared by the scrapes that arrive together) rendered as metric families (devctl.render.prometheus)."""
 
     def __init__(self, exporter, timeout_s: float):
         self.exporter, self.timeout_s = exporter, timeout_s
@@ -109,7 +111,7 @@ class Collector:
     def collect(self):
         from devctl.render.prometheus import families
 
-        yield from families(self.exporter.collect(self.timeout_s))
+        yield from families(self.exporter.shared(self.timeout_s))
 
 
 def check_interval(value: float | None) -> float:
@@ -121,9 +123,12 @@ def check_interval(value: float | None) -> float:
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """HOST:PORT, [IPv6]:PORT: the address to bind, as given (a name is resolved by the bind, not here)."""
+    """HOST:PORT, [IPv6]:PORT: the address to bind, as given (a name is resolved by the bind, not here). Port 0
+    is a free port, said when serving."""
+    if not text:
+        raise UsageError("--listen is empty; give HOST:PORT (e.g. 127.0.0.1:9479, [::1]:9479, 0.0.0.0:9479)")
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isascii() or not port.isdigit() or not (1 <= int(port) <= 65535):
+    if not sep or not host or not port.isascii() or not port.isdigit() or not (0 <= int(port) <= 65535):
         raise UsageError(f"--listen {shown(text)} is not HOST:PORT (e.g. 127.0.0.1:9479, [::1]:9479, 0.0.0.0:9479)")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
@@ -136,79 +141,25 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _bind(address: tuple[str, int]):
-    """The HTTP server bound where the user said (never more); a port in use or an address not here: exit 2."""
+def _bind(address: tuple[str, int]) -> list:
+    """Listening sockets where the user said (a name: each of its addresses; never more); a name that does not
+    resolve, a port in use or an address not here: exit 2."""
     import socket
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, *args) -> None:  # a scrape every 15 s is not news
-            pass
-
-    class Server(WSGIServer):
-        address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        allow_reuse_address = True
+    from devctl.collect.exporter_server import bind
 
     host, port = address
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        server = Server((host, port), Quiet)
+        return bind(host, port)
+    except socket.gaierror as e:
+        raise UsageError(f"--listen {shown(where)}: {shown(host)} does not resolve to an address ({e.strerror or e})") from None
     except OSError as e:
-        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if e.errno == errno.EADDRINUSE:
             raise UsageError(f"--listen {where}: the port is in use (another exporter?); give another with --listen HOST:PORT") from None
         raise UsageError(f"--listen {where}: cannot listen there: {e.strerror or e}") from None
-    server.timeout = 0.5  # handle_request() returns this often, so a signal is answered promptly
-    return server
 
 
-def _serve(server, registry, address: tuple[str, int]) -> None:
-    from prometheus_client import make_wsgi_app
-
-    server.set_app(make_wsgi_app(registry))
-    host, port = address
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    sys.stderr.write(f"devctl exporter: serving http://{where}/metrics\n")
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
     sys.stderr.flush()
-    with _Stop() as stop:
-        while not stop.signum:
-            server.handle_request()
-
-
-def _write_every(path: str, interval_s: float, render) -> None:
-    with _Stop() as stop:
-        while not stop.signum:
-            started = time.monotonic()
-            write_output("--textfile", path, render())
-            stop.event.wait(max(0.0, interval_s - (time.monotonic() - started)))
-
-
-class _Stop:
-    """SIGTERM, SIGINT and SIGHUP end the loop between two requests or writes, then exit as every devctl command
-    does (128 + the signal). Raised inside a request instead, the exit would be caught by wsgiref's error handler
-    and lost; here the caller's `finally` closes the socket."""
-
-    def __init__(self) -> None:
-        import threading
-
-        self.signum = 0
-        self.event = threading.Event()
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self) -> _Stop:
-        import signal
-
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            self._previous[sig] = signal.signal(sig, self._stop)
-        return self
-
-    def _stop(self, signum: int, _frame) -> None:
-        self.signum = signum
-        self.event.set()
-
-    def __exit__(self, *exc) -> None:
-        import signal
-
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]  # what signal.signal returned
-        if self.signum and exc[0] is None:
-            raise SystemExit(128 + self.signum)

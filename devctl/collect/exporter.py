@@ -19,6 +19,8 @@ from devctl.model.memstats import job_headroom_bytes, usable_memory
 
 # A job's command in a label: one line, bounded (labels are kept by Prometheus for every series).
 JOB_LABEL_CHARS = 120
+# Scrapes within this many seconds of a collection's start share it (Exporter.shared).
+SHARE_S = 1.0
 # The allocator's own names for what the job metrics export (PJRT's memory_stats keys).
 _JOB_STATS = {
     "devctl_job_memory_in_use_bytes": "bytes_in_use",
@@ -40,6 +42,8 @@ class Exporter:
         self.probe_error: str | None = None
         self.versions: dict[str, str] = {}
         self._running: dict[str, _Call] = {}
+        self._lock = threading.Lock()
+        self._last: tuple[float, Collection] | None = None  # (when it started, the collection)
 
     def start(self) -> None:
         """Probe JAX once (the child exits) and read the versions; a bad --publisher-dir is bad input here."""
@@ -58,7 +62,21 @@ class Exporter:
             self.probe_error = str(e)
         self.versions = _versions()
 
+    def shared(self, timeout_s: float, reuse_s: float = SHARE_S) -> Collection:
+        """The collection for a scrape, safe to call from the server's threads at once: one collection runs at a
+        time, and one that started less than `reuse_s` ago is everyone's answer. collect() is not re-entrant
+        (its bookkeeping of running sources; NVML's init and shutdown are process-wide), and two Prometheus
+        servers scraping together, or a burst of scrapes, should cost one collection, not one each."""
+        with self._lock:
+            if self._last is not None and time.monotonic() - self._last[0] < reuse_s:
+                return self._last[1]
+            started = time.monotonic()
+            collection = self.collect(timeout_s)
+            self._last = (started, collection)
+            return collection
+
     def collect(self, timeout_s: float) -> Collection:
+        """One collection, afresh; not re-entrant: concurrent callers go through shared()."""
         started = time.monotonic()
         readers: dict[str, Callable[[], list[Sample]]] = {
             "publishers": self._publishers,
