@@ -13,6 +13,12 @@ user goes through here, so one set of rules holds everywhere:
   renames it over the destination: a symlink at the destination is replaced,
   never written through, and a failed write (a full disk, /dev/full) leaves the
   old file as it was;
+- the destination's directory is reached as the kernel would reach it, one
+  component at a time, each opened with O_NOFOLLOW | O_DIRECTORY under the one
+  before it (openat), and only through what no user but root and you can change
+  (the rule, after systemd's `chase`, is at `open_output_directory`); the
+  temporary file is created and renamed under that directory's descriptor, so
+  nothing swapped in after the check is written through;
 - a private directory is one that is not a symlink, is a directory, is owned by
   us and is closed to everyone else.
 
@@ -24,12 +30,15 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+# A directory walked through is only looked in, never read: O_PATH needs no read permission (a home
+# directory of mode 0711 can be passed through) and gives a descriptor the *at calls take as their base.
+_WALK = getattr(os, "O_PATH", os.O_RDONLY) | _DIRECTORY | _NOFOLLOW | _CLOEXEC
+_MAX_LINKS = 40  # the kernel's own limit (ELOOP)
 
 
 class UnsafeFile(OSError):
@@ -120,28 +129,50 @@ def within(root: str, absolute: str, *, root_is_resolved: bool = False) -> str |
 def write_atomic(path: str, data: bytes, mode: int = 0o644, *, sync: bool = True) -> None:
     """Replace `path` with `data` whole: readers see the old file or the new one, a symlink at `path` is
     replaced rather than followed, and on any failure the old file is left untouched (OSError raised).
-    `sync=False` skips the fsync: for a file rewritten every second whose loss in a power cut costs nothing."""
-    check_writable(path)
-    directory = _resolved_directory(path)
-    target = os.path.join(directory, os.path.basename(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    `sync=False` skips the fsync: for a file rewritten every second whose loss in a power cut costs nothing.
+
+    The directory is reached by open_output_directory's rule (no component another user can change), and the
+    temporary file is created and renamed under that directory's descriptor: what the check saw is what is
+    written, whatever is renamed or planted along the path meanwhile."""
+    directory, name, where = open_output_directory(path)
     try:
+        _check_target(directory, name, where, path)
+        fd, tmp = _create_temporary(directory, name)
         try:
-            os.fchmod(fd, mode & ~_umask())
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except BaseException:
+            try:
+                os.fchmod(fd, mode & ~_umask())
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=directory)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(directory)
+
+
+def _create_temporary(directory: int, name: str) -> tuple[int, str]:
+    """A new file `.<name>.<8 random characters>.tmp` in the open `directory`, as tempfile.mkstemp names it
+    (the publisher's sweep knows that name), created with O_EXCL | O_NOFOLLOW: never an existing file or a link."""
+    import secrets
+
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789_"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+    for _ in range(100):
+        tmp = f".{name}.{''.join(secrets.choice(alphabet) for _ in range(8))}.tmp"
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+            return os.open(tmp, flags, 0o600, dir_fd=directory), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temporary name in its directory", name)
 
 
 def remove_own_file(path: str, *, starts_with: bytes | None = None) -> bool:
@@ -160,30 +191,199 @@ def remove_own_file(path: str, *, starts_with: bytes | None = None) -> bool:
 
 
 def check_writable(path: str) -> None:
-    """UnsafeFile unless write_atomic may replace `path` with a regular file. A device, FIFO, socket or
-    directory at `path` (or behind a link there) is never replaced by a file, nor is anything in /dev, /proc
-    or /sys: as root, renaming over /dev/full or /dev/stdout would break the machine until it reboots."""
+    """OSError (UnsafeFile for a refusal) unless write_atomic may replace `path` with a regular file: the
+    directory must be reachable by open_output_directory's rule, and a device, FIFO, socket or directory at
+    `path` (or behind a link there) is never replaced by a file, nor is anything in /dev, /proc or /sys: as
+    root, renaming over /dev/full or /dev/stdout would break the machine until it reboots."""
+    directory, name, where = open_output_directory(path)
     try:
-        st = os.lstat(path)
+        _check_target(directory, name, where, path)
+    finally:
+        os.close(directory)
+
+
+def _check_target(directory: int, name: str, where: str, path: str) -> None:
+    """The last component's rule: `name` in the open `directory` (resolved path `where`) may be replaced by a
+    regular file. It is never followed to be written; a link there is followed only to say what it points at."""
+    try:
+        st: os.stat_result | None = os.stat(name, dir_fd=directory, follow_symlinks=False)
     except FileNotFoundError:
         st = None
     if st is not None and stat.S_ISLNK(st.st_mode):
         try:
-            st = os.stat(path)
+            st = os.stat(name, dir_fd=directory)
         except OSError:
             st = None  # a dangling link: replaced like any link
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise UnsafeFile(errno.EINVAL, f"is not a regular file ({file_kind(st.st_mode)}); give the path of a file to write", path)
-    if in_system_tree(_resolved_directory(path)):
+    if path.endswith("/"):
+        raise UnsafeFile(errno.EISDIR, "ends with '/', the path of a directory; give the path of a file to write", path)
+    if in_system_tree(where):
         # /dev/stdout is a link to a regular file when stdout is redirected to one: renaming over it would
         # replace the system's link, not write to stdout.
         raise UnsafeFile(errno.EINVAL, "is in /dev, /proc or /sys, where devctl writes nothing (of /dev, only /dev/shm)", path)
 
 
-def _resolved_directory(path: str) -> str:
-    """The directory `path` names, resolved as the kernel does: every link followed before the `..` after it
-    (os.path.abspath would drop `link/..` as text, and `l/../stdout` with `l -> /dev/pts` is /dev/stdout)."""
-    return os.path.realpath(os.path.dirname(path) or ".")
+def open_output_directory(path: str) -> tuple[int, str, str]:
+    """(a descriptor on the directory that holds `path`'s last component, that component, the directory's
+    resolved path), the directory reached as the kernel would reach it and only through what no user other
+    than root and you can change. OSError naming the component and why otherwise (UnsafeFile for a refusal);
+    the caller closes the descriptor.
+
+    The path is walked one component at a time from / (or the working directory), each directory opened
+    with O_NOFOLLOW | O_DIRECTORY under the one before it, each symbolic link read and its target walked the
+    same way (`..` after a link is the link target's parent, as for the kernel). On the way:
+
+    - a symbolic link is followed only when both the link and the directory holding it are owned by root or
+      by you. A link someone else owns may have been planted (`/tmp/mdir -> /home/victim` made root replace
+      the victim's file); one in a directory someone else owns may have been moved or hard-linked there.
+    - a directory is passed through only when users other than root and you cannot write it (no write bit
+      for group or others; a group-writable one counts as yours when its group is your own group, with no
+      other member), or when it is sticky, like /tmp, where no one can rename or remove an entry they do not
+      own. In a world-writable directory without the sticky bit anyone can swap a subdirectory for a link
+      or a directory of theirs between two runs.
+
+    systemd's `chase` (CHASE_SAFE) refuses the same transitions by ownership. Directories owned by another
+    user are passed through (a container's root writing into a bind mount of the host user's): their owner
+    can only plant links, which are not followed. The last component is not walked: it is replaced, never
+    followed (check_writable), and the directory that holds it may be any, /tmp included."""
+    if not path:
+        raise FileNotFoundError(errno.ENOENT, "is empty; give the path of a file to write", path)
+    parts = [p for p in path.split("/") if p]
+    if not parts:
+        raise UnsafeFile(errno.EISDIR, "is not a regular file (a directory); give the path of a file to write", path)
+    name = parts.pop()
+    if name in (".", ".."):
+        raise UnsafeFile(errno.EISDIR, "is not a regular file (a directory); give the path of a file to write", path)
+    if path.startswith("/"):
+        fd, where = os.open("/", _WALK), "/"
+    else:
+        fd, where = os.open(".", _WALK), _working_directory()
+    try:
+        here = os.fstat(fd)
+        links = 0
+        todo = parts
+        while todo:
+            part = todo.pop(0)
+            if part == ".":
+                continue
+            _check_passable(here, where, path)
+            if part == "..":
+                parent = os.open("..", _WALK, dir_fd=fd)
+                os.close(fd)
+                fd, where = parent, os.path.dirname(where)
+                here = os.fstat(fd)
+                continue
+            component = os.path.join(where, part)
+            try:
+                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                raise FileNotFoundError(errno.ENOENT, f"directory {_shown(component)} does not exist", path) from None
+            except OSError as e:
+                raise _named(e, f"cannot look up {_shown(component)}", path) from None
+            if stat.S_ISLNK(st.st_mode):
+                _check_link(st, here, component, path)
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, f"more than {_MAX_LINKS} symbolic links on the way (at {_shown(component)})", path)
+                target = os.readlink(part, dir_fd=fd)
+                again = os.stat(part, dir_fd=fd, follow_symlinks=False)
+                if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
+                    raise UnsafeFile(errno.EAGAIN, f"{_shown(component)} changed while it was being checked; not followed", path)
+                if not target:
+                    raise FileNotFoundError(errno.ENOENT, f"{_shown(component)} is a symbolic link to nothing", path)
+                if target.startswith("/"):
+                    root = os.open("/", _WALK)
+                    os.close(fd)
+                    fd, where = root, "/"
+                    here = os.fstat(fd)
+                todo[:0] = [p for p in target.split("/") if p]
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, f"{_shown(component)} is not a directory ({file_kind(st.st_mode)})", path)
+            try:
+                child = os.open(part, _WALK, dir_fd=fd)  # O_NOFOLLOW | O_DIRECTORY: a link swapped in since the stat fails here
+            except OSError as e:
+                raise _named(e, f"cannot open directory {_shown(component)}", path) from None
+            opened = os.fstat(child)
+            if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+                os.close(child)
+                raise UnsafeFile(errno.EAGAIN, f"{_shown(component)} changed while it was being checked; not passed through", path)
+            os.close(fd)
+            fd, where, here = child, component, opened
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, name, where
+
+
+def _check_link(link: os.stat_result, holder: os.stat_result, component: str, path: str) -> None:
+    """UnsafeFile unless the link `component` (lstat `link`, in a directory of stat `holder`) may be followed."""
+    me = os.geteuid()
+    if link.st_uid not in (0, me):
+        raise UnsafeFile(
+            errno.EPERM,
+            f"{_shown(component)} is a symbolic link owned by uid {link.st_uid}, not by root or you (uid {me}): "
+            "not followed, another user may have planted it; give the path it points to",
+            path,
+        )
+    if holder.st_uid not in (0, me):
+        raise UnsafeFile(
+            errno.EPERM,
+            f"{_shown(component)} is a symbolic link in a directory of uid {holder.st_uid}, not of root or you (uid {me}): "
+            "not followed, another user may have put it there; give the path it points to",
+            path,
+        )
+
+
+def _check_passable(here: os.stat_result, where: str, path: str) -> None:
+    """UnsafeFile when the directory `where` (stat `here`) holds entries a user other than root and us may change."""
+    bits = stat.S_IMODE(here.st_mode)
+    if bits & stat.S_ISVTX:
+        return  # sticky: an entry is renamed or removed only by its owner (or the directory's)
+    if bits & stat.S_IWOTH or (bits & stat.S_IWGRP and not _own_group(here.st_gid)):
+        who = "all users" if bits & stat.S_IWOTH else f"group {here.st_gid}"
+        raise UnsafeFile(
+            errno.EPERM,
+            f"directory {_shown(where)} may be changed by {who} (mode {bits:04o}, owner uid {here.st_uid}, not sticky): "
+            "not passed through, another user could swap what it holds; write into a directory only you can change",
+            path,
+        )
+
+
+def _own_group(gid: int) -> bool:
+    """Whether the group `gid` is ours alone: our effective group, listing no member but us (a user private
+    group, whose directories are 0775 under umask 002)."""
+    if gid != os.getegid():
+        return False
+    try:
+        import grp
+        import pwd
+
+        members = grp.getgrgid(gid).gr_mem
+        me = pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        return False
+    return all(member == me for member in members)
+
+
+def _working_directory() -> str:
+    try:
+        return os.getcwd()
+    except OSError:
+        return "."  # removed since: the walk from "." still goes where the kernel would, and creating there fails
+
+
+def _named(e: OSError, what: str, path: str) -> OSError:
+    """`e` again, its message saying which component it was about."""
+    return type(e)(e.errno, f"{what}: {e.strerror or e}", path)
+
+
+def _shown(component: str) -> str:
+    """A component of a path in a message: printable, and cut when someone made it absurdly long."""
+    from devctl.text import printable
+
+    return printable(component, 300)
 
 
 def in_system_tree(directory: str) -> bool:

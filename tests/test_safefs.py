@@ -169,3 +169,136 @@ def test_within_with_a_resolved_root_gives_the_same_answers(tmp_path):
         assert safefs.within(str(real), path, root_is_resolved=True) == expected, path
     assert safefs.within(str(link), "/sys/bus/gpu") == str(real / "sys" / "devices" / "pci0000:00" / "0000:18:00.0")
     assert safefs.within(str(link), "/fifo/x") is None  # a FIFO is no directory to walk through
+
+
+# ---- the directories on the way to a written file (issue 23) -----------------------------------------------
+#
+# A link on the way is followed only when it and the directory holding it are owned by root or by us; a
+# directory is passed through only when no one else may write it, or when it is sticky. Ownership is real here
+# (chown as root); tests/test_output_paths.py replays the same with a second user planting for real.
+
+OTHER = 65534
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files to another user")
+
+
+def _victim(tmp_path):
+    home = tmp_path / "victim"
+    home.mkdir()
+    (home / "secret.txt").write_text("victim's")
+    return home
+
+
+@as_root
+def test_a_link_another_user_owns_on_the_way_is_not_followed(tmp_path):
+    home = _victim(tmp_path)
+    (tmp_path / "mdir").symlink_to(home)
+    os.lchown(tmp_path / "mdir", OTHER, OTHER)
+    for call in (safefs.check_writable, lambda p: safefs.write_atomic(p, b"gzip")):
+        with pytest.raises(safefs.UnsafeFile, match=f"{tmp_path}/mdir is a symbolic link owned by uid {OTHER}"):
+            call(str(tmp_path / "mdir" / "secret.txt"))
+    assert (home / "secret.txt").read_text() == "victim's" and os.listdir(home) == ["secret.txt"]
+
+
+@as_root
+def test_our_link_in_a_directory_another_user_owns_is_not_followed(tmp_path):
+    """Moved or hard-linked there by that user: whose link it is says nothing about who put it there."""
+    home = _victim(tmp_path)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "mdir").symlink_to(home)
+    os.chown(theirs, OTHER, OTHER)
+    with pytest.raises(safefs.UnsafeFile, match=f"in a directory of uid {OTHER}"):
+        safefs.write_atomic(str(theirs / "mdir" / "secret.txt"), b"x")
+    safefs.write_atomic(str(theirs / "new.txt"), b"x")  # their directory itself may hold our file
+    assert (home / "secret.txt").read_text() == "victim's"
+
+
+def test_a_directory_others_may_write_is_passed_through_only_when_sticky(tmp_path):
+    shared = tmp_path / "shared"
+    (shared / "sub").mkdir(parents=True)
+    shared.chmod(0o777)
+    with pytest.raises(safefs.UnsafeFile, match=r"may be changed by all users \(mode 0777.*not sticky"):
+        safefs.write_atomic(str(shared / "sub" / "out.txt"), b"x")
+    safefs.write_atomic(str(shared / "out.txt"), b"x")  # the last directory is not passed through
+    shared.chmod(0o1777)
+    safefs.write_atomic(str(shared / "sub" / "out.txt"), b"x")
+    assert (shared / "sub" / "out.txt").read_bytes() == b"x"
+
+
+@as_root
+def test_a_group_writable_directory_is_ours_only_when_the_group_is(tmp_path):
+    import grp
+    import pwd
+
+    shared = tmp_path / "shared"
+    (shared / "sub").mkdir(parents=True)
+    shared.chmod(0o775)
+    os.chown(shared, 0, 4243)  # a group with other members, or none we know
+    with pytest.raises(safefs.UnsafeFile, match="may be changed by group 4243"):
+        safefs.check_writable(str(shared / "sub" / "out.txt"))
+    os.chown(shared, 0, os.getegid())  # a user private group (umask 002 makes every directory 0775)
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    if all(m == me for m in grp.getgrgid(os.getegid()).gr_mem):
+        safefs.check_writable(str(shared / "sub" / "out.txt"))
+
+
+@as_root
+def test_a_swap_after_the_check_is_refused_when_the_file_is_written(tmp_path):
+    home = _victim(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    path = str(out / "secret.txt")
+    safefs.check_writable(path)  # what the CLI says before any work
+    out.rename(tmp_path / "moved")
+    out.symlink_to(home)
+    os.lchown(out, OTHER, OTHER)
+    with pytest.raises(safefs.UnsafeFile, match="symbolic link owned by uid"):
+        safefs.write_atomic(path, b"x")
+    assert (home / "secret.txt").read_text() == "victim's"
+
+
+def test_the_file_goes_into_the_directory_that_was_checked_whatever_is_renamed_meanwhile(tmp_path, monkeypatch):
+    """The temporary file is created and renamed under the directory's descriptor: a link put at the
+    directory's name between the check and the write is never written through."""
+    home = _victim(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    checked = safefs._check_target
+
+    def swap_then_check(*args):
+        checked(*args)
+        out.rename(tmp_path / "moved")
+        out.symlink_to(home)
+
+    monkeypatch.setattr(safefs, "_check_target", swap_then_check)
+    safefs.write_atomic(str(out / "secret.txt"), b"new")
+    assert (home / "secret.txt").read_text() == "victim's" and os.listdir(home) == ["secret.txt"]
+    assert (tmp_path / "moved" / "secret.txt").read_bytes() == b"new"
+    assert os.listdir(tmp_path / "moved") == ["secret.txt"]  # the temporary file renamed, not left
+
+
+def test_path_errors_name_the_component(tmp_path):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "loop").symlink_to("loop")
+    with pytest.raises(FileNotFoundError, match=f"directory {tmp_path}/missing does not exist"):
+        safefs.check_writable(str(tmp_path / "missing" / "out.txt"))
+    with pytest.raises(NotADirectoryError, match=f"{tmp_path}/file is not a directory"):
+        safefs.check_writable(str(tmp_path / "file" / "out.txt"))
+    with pytest.raises(OSError, match="more than 40 symbolic links"):
+        safefs.check_writable(str(tmp_path / "loop" / "out.txt"))
+    with pytest.raises(safefs.UnsafeFile, match="ends with '/'"):
+        safefs.check_writable(str(tmp_path / "file") + "/")
+    for directory in (str(tmp_path), str(tmp_path) + "/", str(tmp_path / "."), "/"):
+        with pytest.raises(safefs.UnsafeFile, match="a directory"):
+            safefs.check_writable(directory)
+
+
+def test_a_relative_path_is_walked_from_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "l").symlink_to("a/b")
+    monkeypatch.chdir(tmp_path / "a")
+    safefs.write_atomic("b/../b/one.txt", b"1")
+    safefs.write_atomic("../l/two.txt", b"2")
+    safefs.write_atomic("three.txt", b"3")
+    assert sorted(os.listdir(tmp_path / "a" / "b")) == ["one.txt", "two.txt"]
+    assert (tmp_path / "a" / "three.txt").read_bytes() == b"3"

@@ -149,6 +149,24 @@ def _write(text: str) -> None:
         reader_gone()
 
 
+def message_lines(line: str, stream=None) -> str:
+    """A message line (`devctl: error: ...`) as written to `stream` (stderr by default): whole off a terminal,
+    one line for logs and grep; on a terminal, broken between words to its width with the lines after the first
+    indented, so the terminal never splits a word at its edge (issue 24: `... s` / `o there is nothing to measure`).
+    Written with sys.stderr.write, not through rich, it would otherwise wrap wherever the edge falls."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        if not stream.isatty():
+            return line
+        columns = os.environ.get("COLUMNS", "")
+        width = int(columns) if columns.isdigit() and int(columns) > 0 else os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return line
+    if width < 20 or len(line) <= width and line.isascii():
+        return line
+    return "\n".join(wrap(line, width, hang="  "))
+
+
 def warn(message: str) -> None:
     err().print(f"warning: {message}", markup=False)
 
@@ -263,48 +281,83 @@ def wrap(text: str, width: int, indent: str = "", hang: str | None = None) -> li
     """`text` as lines of at most `width` cells, broken between words and never inside one: a word longer
     than a line breaks after a '/' or a ',' (a path, a list) or a '-', and is cut only when it has neither. The first
     line starts with `indent`, the others with `hang` (by default as many spaces), so wrapped prose keeps
-    its hanging indent."""
+    its hanging indent.
+
+    Linear in the length of `text` (issue 23): each word is measured once and a line's width is counted as it
+    grows, never re-measured; a word longer than a line is cut in one pass. Measuring the whole rest of a
+    100,000-character word at every cut took minutes."""
     from rich.cells import cell_len
 
     hang = " " * cell_len(indent) if hang is None else hang
-    if cell_len(hang) > width // 2:
-        hang = ""  # a terminal narrower than the indent: the words matter more
+    hang_cells = cell_len(hang)
+    if hang_cells > width // 2:
+        hang, hang_cells = "", 0  # a terminal narrower than the indent: the words matter more
     lines: list[str] = []
-    prefix, current = indent, ""
+    prefix, prefix_cells = indent, cell_len(indent)
+    current: list[str] = []  # the words of the line being filled, joined once it is full
+    current_cells = 0
     for word in text.split():
-        candidate = f"{current} {word}" if current else word
-        if cell_len(prefix) + cell_len(candidate) <= width:
-            current = candidate
+        cells = cell_len(word)
+        if prefix_cells + (current_cells + 1 + cells if current else cells) <= width:
+            current.append(word)
+            current_cells += cells + (1 if len(current) > 1 else 0)
             continue
-        if current and cell_len(hang) + cell_len(word) > width:
+        start = 0
+        if current and hang_cells + cells > width:
             # Too long for any line: it starts here, broken after a '/' or ',' where the line ends.
-            room = width - cell_len(prefix) - cell_len(current) - 1
-            head, rest = _break_word(word, room) if room > 0 else ("", word)
-            if head and head[-1] in _BREAK_AFTER:
-                current, word = f"{current} {head}", rest
+            room = width - prefix_cells - current_cells - 1
+            if room > 0:
+                end = _break_at(word, 0, room)
+                if word[end - 1] in _BREAK_AFTER and end < len(word):
+                    current.append(word[:end])
+                    start, cells = end, cells - cell_len(word[:end])
         if current:
-            lines.append(prefix + current)
-            prefix, current = hang, ""
-        while word and cell_len(prefix) + cell_len(word) > width:
-            head, word = _break_word(word, max(width - cell_len(prefix), 1))
+            lines.append(prefix + " ".join(current))
+            prefix, prefix_cells, current = hang, hang_cells, []
+        while start < len(word) and prefix_cells + cells > width:
+            end = _break_at(word, start, max(width - prefix_cells, 1))
+            head = word[start:end]
             lines.append(prefix + head)
-            prefix = hang
-        current = word
-    lines.append(prefix + current)
+            prefix, prefix_cells = hang, hang_cells
+            start, cells = end, cells - cell_len(head)
+        if start < len(word):
+            current, current_cells = [word[start:]], cells
+        else:
+            current, current_cells = [], 0
+    lines.append(prefix + " ".join(current))
     return [line.rstrip() for line in lines]
 
 
-def _break_word(word: str, room: int) -> tuple[str, str]:
-    """The longest head of `word` that fits `room` cells and ends after a '/', ',' or '-' (else any head that fits), and the rest."""
-    from rich.cells import cell_len
+def _break_at(word: str, start: int, room: int) -> int:
+    """Where the head of `word[start:]` that fits `room` cells ends: after its last '/', ',' or '-' (never one of
+    a leading '--', nor the word's last character), else as many characters as fit; at least one character.
+    Costs as much as the head is long, whatever the length of the word."""
+    from rich.cells import get_character_cell_size
 
-    fitting = 1
-    while fitting < len(word) and cell_len(word[: fitting + 1]) <= room:
-        fitting += 1
-    for k in range(fitting, 0, -1):
-        if word[k - 1] in _BREAK_AFTER and k < len(word) and word[: k - 1].strip("-"):  # never inside a leading '--'
-            return word[:k], word[k:]
-    return word[:fitting], word[fitting:]
+    n = len(word)
+    ahead = word[start : start + room + 1]
+    if ahead.isascii() and ahead.isprintable():
+        fitting = min(room, n - start)  # every printable ASCII character is one cell
+    else:
+        fitting, used = 0, 0
+        for c in word[start : start + 4 * room + 4]:  # a line holds few zero-width characters before it is full
+            used += get_character_cell_size(c)
+            if used > room:
+                break
+            fitting += 1
+    fitting = max(fitting, 1)
+    stop = start + fitting
+    lead = start  # the first character that is not part of a leading run of '-'
+    while lead < stop and word[lead] == "-":
+        lead += 1
+    for end_limit in (stop, stop - 1):  # a break char at the word's very end is no place to break
+        p = max(word.rfind(c, start, end_limit) for c in _BREAK_AFTER)
+        if p + 1 >= n:
+            continue
+        if p > lead:
+            return p + 1
+        break
+    return stop
 
 
 def table_lines(columns: list[Column], rows: list[list], *, title: str | None = None, width: int | None = None,
@@ -377,10 +430,26 @@ def table_lines(columns: list[Column], rows: list[list], *, title: str | None = 
 
 
 def print_lines(lines) -> None:
-    """Lines made to fit the terminal (table_lines, wrap), on stdout."""
+    """Lines made to fit the terminal (table_lines, wrap), on stdout.
+
+    Printed a few hundred lines at a time: printed one by one, each line cost rich a render and a flush of
+    its own, a third of a millisecond (a 100,000-character value wrapped to 3,000 lines took a second); printed
+    as one text, rich splits it into lines in time that grows with the square of its length."""
+    from rich.text import Text
+
+    lines = list(lines)
+    if all(isinstance(line, (str, Text)) for line in lines):
+        newline = Text("\n")
+        lines = [
+            newline.join(line if isinstance(line, Text) else Text(line) for line in lines[i : i + _LINES_PER_PRINT])
+            for i in range(0, len(lines), _LINES_PER_PRINT)
+        ]
     console = out()
     for line in lines:
         console.print(line, markup=False, highlight=False)
+
+
+_LINES_PER_PRINT = 100
 
 
 def print_table(columns: list[Column], rows: list[list], *, title: str | None = None) -> None:
@@ -393,7 +462,6 @@ def say(text: str, *, indent: str = "", hang: str | None = None, style: str | No
 
     from devctl.text import printable
 
-    for line in wrap(printable(text), out().width, indent=indent, hang=hang):
-        out().print(Text(line, style=style or ""), markup=False, highlight=False)
+    print_lines([Text(line, style=style or "") for line in wrap(printable(text), out().width, indent=indent, hang=hang)])
 
 
