@@ -234,8 +234,8 @@ def _watch(sampler, first, interval_s: float, samples: int | None, output: str) 
     (`output` "table"), one JSON document per line ("json"), or CSV rows under one header ("csv"), as a log."""
     from devctl.discovery.nvml import nvml_session
     from devctl.model import to_jsonable
-    from devctl.render.console import out, print_json_line, stdout_is_terminal
-    from devctl.render.emit import write_csv
+    from devctl.render.console import out, stdout_is_terminal
+    from devctl.render.emit import emit_json_line, write_csv
     from devctl.render.memstats import WatchView, csv_rows, render_snapshot, stamp
 
     view = WatchView()
@@ -255,7 +255,7 @@ def _watch(sampler, first, interval_s: float, samples: int | None, output: str) 
                 n += 1
                 view.add(snapshot)
                 if output == "json":
-                    print_json_line(to_jsonable(snapshot))
+                    emit_json_line(to_jsonable(snapshot))
                 elif output == "csv":
                     header, rows = csv_rows(snapshot)
                     write_csv(header if n == 1 else None, rows)

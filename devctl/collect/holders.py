@@ -11,23 +11,35 @@ from devctl.model.holders import FLEET_TOP_SCHEMA, FleetArray, FleetSite, FleetT
 
 # Each job answers at its next publish tick: a job that takes longer than this is a problem line, not a hang.
 JOB_TIMEOUT_S = 5.0
+MAX_QUESTIONS = 16  # jobs asked at once; a host runs a handful
 
 
 def local_tops(n: int, timeout_s: float) -> dict[str, Any]:
-    """This process's part: every publishing job's answer, and the jobs that did not answer."""
+    """This process's part: every publishing job's answer, and the jobs that did not answer. The jobs are asked
+    all at once (each question has its own files): one stuck job costs its own wait, not everyone's."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from devctl.discovery.holders import request_top
     from devctl.discovery.publishers import read_publishers
     from devctl.errors import DevctlError
     from devctl.model import to_jsonable
 
-    tops, problems = [], []
-    for p in read_publishers(remove_stale=False).publishers:
+    def ask(pid: int) -> tuple[dict[str, Any] | None, str | None]:
         try:
-            top, _ = request_top(p.pid, n, pprof=False, timeout_s=min(timeout_s, JOB_TIMEOUT_S))
+            top, _ = request_top(pid, n, pprof=False, timeout_s=min(timeout_s, JOB_TIMEOUT_S))
         except DevctlError as e:
-            problems.append(f"job {p.pid}: {e}")
-            continue
-        tops.append(to_jsonable(top))
+            return None, f"job {pid}: {e}"
+        return to_jsonable(top), None
+
+    pids = [p.pid for p in read_publishers(remove_stale=False).publishers]
+    tops, problems = [], []
+    if pids:
+        with ThreadPoolExecutor(max_workers=min(len(pids), MAX_QUESTIONS), thread_name_prefix="devctl-top") as pool:
+            for top, problem in pool.map(ask, pids):  # in pid order
+                if top is not None:
+                    tops.append(top)
+                if problem is not None:
+                    problems.append(problem)
     return {"hostname": socket.gethostname(), "tops": tops, "problems": problems}
 
 

@@ -17,9 +17,11 @@ What the reader trusts, and what it does not (see the README's threat model):
   directory is opened once (O_NOFOLLOW | O_DIRECTORY) and used through that fd;
 - anything in it may be damaged or not a snapshot at all (the user may point
   DEVCTL_RUNTIME_DIR at a directory of their own): a link, a FIFO or a device
-  named like a snapshot is never opened, every read is capped, a document is
-  checked for nesting before json parses it, and every value is checked for
-  range before it becomes a figure;
+  named like a snapshot is never opened, every read is capped (each file, and
+  the bytes of one refresh: what devctl prints from it stays bounded too), a
+  document is checked for nesting before json parses it, every value is checked
+  for range before it becomes a figure, and a command line is cut to what a
+  person reads;
 - a file is removed only when it is provably a snapshot devctl wrote (a valid
   devctl.publisher/1 document, owned by us, unchanged since it was read) whose
   process is gone. A damaged or foreign file is reported, never removed.
@@ -66,6 +68,10 @@ _NAME = re.compile(r"^([1-9][0-9]{0,6})\.json$")
 # safefs.write_atomic's temporary name (.<pid>.json.<random>.tmp), and the fixed one older writers used.
 _TEMP_NAME = re.compile(r"^\.([1-9][0-9]{0,6})\.json(?:\.[a-z0-9_]{1,16})?\.tmp$")
 MAX_FILES = 512  # snapshot files read per directory and refresh: far more jobs than one host runs
+# Snapshot bytes read per refresh, over every directory: what bounds the cost of a refresh and the size of what
+# devctl prints from it (memstats --json repeats each device of each job once more as a process row). A job of
+# 1024 devices with full allocator stats writes about 1 MiB; a host's jobs write a few KiB each.
+MAX_READ_BYTES = 16 << 20
 _CREATE_TIME_TOLERANCE_S = 1.0  # psutil derives create_time from boot time and ticks: equal for one process
 
 
@@ -102,20 +108,25 @@ def resolve_directory(directory: str | None = None) -> str:
 def directory_problem(path: str) -> str | None:
     """Why `path` is not a safe snapshot directory, or None when it is (or does not exist).
     A symbolic link is refused whatever it points at (lstat): another user may have planted it."""
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            return "not a directory (a regular file)"  # safefs.file_kind names only what is not a regular file
+    except OSError:
+        pass  # private_directory_problem says why
     return private_directory_problem(path)
 
 
 def ensure_directory(path: str) -> str | None:
     """Create `path` with mode 0700 if absent; return why it is unusable, or None."""
     # Checked before creating too: makedirs(exist_ok=True) accepts a link to a directory.
-    problem = private_directory_problem(path)
+    problem = directory_problem(path)
     if problem:
         return problem
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
     except OSError as e:
         return f"cannot create it: {e.strerror or e}"
-    return private_directory_problem(path)
+    return directory_problem(path)
 
 
 def snapshot_path(directory: str, pid: int) -> str:
@@ -187,13 +198,14 @@ class _Scan:
         self.problems: list[PublisherProblem] = []
         self.removed: set[int] = set()
         self.seen_pids: set[int] = set()
+        self.bytes_read = 0  # of snapshot files, over every directory: at most MAX_READ_BYTES
 
     def problem(self, path: str, reason: str) -> None:
         self.problems.append(PublisherProblem(printable(path, 500), printable(reason, 500)))
 
     def directory(self, directory: str) -> str | None:
         """Read one directory; why it was refused, or None."""
-        problem = private_directory_problem(directory)
+        problem = directory_problem(directory)
         if problem:
             return problem
         try:
@@ -241,35 +253,45 @@ class _Dir:
         if len(snapshots) > MAX_FILES:
             self.scan.problem(self.directory, f"{len(snapshots)} snapshot files; only the first {MAX_FILES} by pid were read")
             del snapshots[MAX_FILES:]
-        for pid, name in snapshots:
-            self.file(name, pid)
+        unread = [name for pid, name in snapshots if not self.file(name, pid)]
+        if unread:
+            self.scan.problem(
+                self.directory,
+                f"{len(unread)} snapshot files not read (pids {_pids(unread)}): the snapshots read in one refresh are bounded "
+                f"at {MAX_READ_BYTES >> 20} MiB",
+            )
         temps = [(int(m.group(1)), name) for name in names if (m := _TEMP_NAME.match(name))]
         for pid, name in sorted(temps)[:MAX_FILES]:  # the rest in a later refresh, once these are gone
             self.temp_file(name, pid)
 
-    def file(self, name: str, pid: int) -> None:
+    def file(self, name: str, pid: int) -> bool:
+        """Read, check and keep (or drop, if stale) one snapshot; False when it was left unread because the
+        refresh has read MAX_READ_BYTES already."""
         path = os.path.join(self.directory, name)
         st = self.regular_and_ours(name, path)
         if st is None:
-            return
+            return True
+        if st.st_size > MAX_FILE_BYTES:  # said without reading it: the cap costs nothing
+            self.scan.problem(path, f"is larger than {MAX_FILE_BYTES} bytes: not read")
+            return True
+        if self.scan.bytes_read + st.st_size > MAX_READ_BYTES:
+            return False
         raw = self.read(name, path)
         if raw is None:
-            return
+            return True
+        self.scan.bytes_read += len(raw)
         snap, reason = decode_snapshot(raw, path=path, now=self.scan.now)
         if snap is None:
             # Never removed, however old: nothing proves devctl wrote it.
             self.scan.problem(path, reason or "unreadable")
-            return
-        if snap.pid != pid:
+        elif snap.pid != pid:
             self.scan.problem(path, f"file name says pid {pid} but the snapshot says {snap.pid}")
-            return
-        if self.scan.is_stale(snap):
+        elif self.scan.is_stale(snap):
             self.drop(name, pid, st)
-            return
-        if pid in self.scan.seen_pids:
-            return  # the same job seen through a second default directory: keep the first
-        self.scan.seen_pids.add(pid)
-        self.scan.publishers.append(snap)
+        elif pid not in self.scan.seen_pids:  # else the same job seen through a second default directory: keep the first
+            self.scan.seen_pids.add(pid)
+            self.scan.publishers.append(snap)
+        return True
 
     def regular_and_ours(self, name: str, path: str) -> os.stat_result | None:
         """lstat of `name` when it is a regular file owned by us; else None, with the reason recorded.
@@ -339,6 +361,11 @@ class _Dir:
         except OSError:
             return False
         return True
+
+
+def _pids(names: list[str], most: int = 5) -> str:
+    shown = ", ".join(name.removesuffix(".json") for name in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 # --- liveness ---------------------------------------------------------------

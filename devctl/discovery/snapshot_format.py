@@ -36,11 +36,16 @@ MAX_FILE_BYTES = 2 << 20
 MAX_DEVICES = 1024
 MAX_ARRAYS = 1024
 MAX_DEPTH = 16  # a snapshot nests 4 levels; json's parser recurses once per level
-_MAX_STATS = 64  # memory_stats keys (PJRT reports about 15)
+MAX_STATS = 64  # memory_stats keys (PJRT reports about 15)
 _MAX_RANK = 64
-_MAX_COMMAND_WORDS = 1024
-_SIZE_LIMIT = 1 << 63  # bytes, counts: anything at or past int64's range is not a figure
+# A command line as a person reads it: the snapshot holds the job's whole argv (a 1 MiB command line fits the
+# file), and every table, problem line, JSON row and metric label repeats it; past this many characters it is cut
+# where it enters, with an ellipsis.
+COMMAND_CHARS = 256
+SIZE_LIMIT = 1 << 63  # bytes, counts: anything at or past int64's range is not a figure
 _ID_LIMIT = 1 << 31
+MAX_UNIX_TIME = 253_402_300_800  # 10000-01-01: time.localtime and strftime show any moment before it
+MAX_INTERVAL_S = 366 * 24 * 3600.0  # a publish interval longer than a year is not one a job runs with
 _PLATFORM = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 _BUS_ID = re.compile(PCI_BUS_ID_PATTERN)
 
@@ -71,24 +76,33 @@ def nesting_too_deep(raw: bytes, limit: int = MAX_DEPTH) -> bool:
     return b"[]" in brackets or brackets.count(b"[") > limit
 
 
+def load_json(raw: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """The JSON value in `raw`, with no NaN or infinity, no number token past what a figure needs, and no nesting
+    deeper than `max_depth`; ValueError with a reason fit to print otherwise (never RecursionError)."""
+    if not raw.strip():
+        raise ValueError("empty file")
+    if nesting_too_deep(raw, max_depth):
+        raise ValueError(f"not valid JSON (nested deeper than {max_depth} levels)")
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_constant, parse_int=_int_token, parse_float=_float_token)
+    except RecursionError:
+        raise ValueError("not valid JSON (nested too deeply)") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError and the token checks below
+        raise ValueError(f"not valid JSON ({_one_line(e)})") from None
+
+
 def decode_snapshot(raw: bytes, *, path: str | None = None, now: float | None = None) -> tuple[PublisherSnapshot | None, str | None]:
     """The snapshot in `raw`, or None and why it is not one (a line fit to print)."""
     if len(raw) > MAX_FILE_BYTES:
         return None, f"larger than {MAX_FILE_BYTES} bytes"
-    if not raw.strip():
-        return None, "empty file"
-    if nesting_too_deep(raw):
-        return None, f"not valid JSON (nested deeper than {MAX_DEPTH} levels)"
     try:
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_constant, parse_int=_int_token, parse_float=_float_token)
-    except RecursionError:
-        return None, "not valid JSON (nested too deeply)"
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError and the token checks below
-        return None, f"not valid JSON ({_one_line(e)})"
+        doc = load_json(raw)
+    except ValueError as e:
+        return None, str(e)
     if not isinstance(doc, dict):
         return None, "not a JSON object"
     if doc.get("schema") != SCHEMA:
-        return None, f"schema {_show(doc.get('schema'))}, expected {SCHEMA!r}"
+        return None, f"schema {show(doc.get('schema'))}, expected {SCHEMA!r}"
     try:
         return parse_snapshot(doc, path=path, now=now), None
     except (ValueError, TypeError, OverflowError) as e:
@@ -118,7 +132,7 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
     """A value from a snapshot, short and printable, for a problem line."""
     if isinstance(value, dict):
         return "an object"
@@ -138,32 +152,32 @@ def _show(value: Any) -> str:
 
 def parse_snapshot(doc: dict[str, Any], *, path: str | None = None, now: float | None = None) -> PublisherSnapshot:
     """A `devctl.publisher/1` document as a PublisherSnapshot; ValueError names the first bad field."""
-    timestamp = _number(doc.get("timestamp"), "timestamp")
+    timestamp = unix_time(doc.get("timestamp"), "timestamp")
     interval = doc.get("interval_s")
     if interval is not None:
-        interval = _number(interval, "interval_s")
-        if not interval > 0:
-            raise ValueError(f"interval_s is {interval!r}, not a positive number of seconds")
-    devices = _list(doc.get("devices", []), "devices", MAX_DEVICES)
-    arrays = _list(doc.get("largest_arrays", []), "largest_arrays", MAX_ARRAYS)
-    command = _list(doc.get("command", []), "command", _MAX_COMMAND_WORDS)
-    pid = _whole(doc.get("pid"), "pid", PID_MAX + 1)
+        interval = finite_number(interval, "interval_s")
+        if not 0 < interval <= MAX_INTERVAL_S:
+            raise ValueError(f"interval_s is {interval!r}, not a positive number of seconds (at most {MAX_INTERVAL_S:g})")
+    devices = bounded_list(doc.get("devices", []), "devices", MAX_DEVICES)
+    arrays = bounded_list(doc.get("largest_arrays", []), "largest_arrays", MAX_ARRAYS)
+    command = readable_command(doc.get("command", []), "command")
+    pid = whole_number(doc.get("pid"), "pid", PID_MAX + 1)
     if pid == 0:
         raise ValueError("pid is 0, not a process id")
     return PublisherSnapshot(
         pid=pid,
-        command=tuple(_text(c, f"command[{i}]", 4096) for i, c in enumerate(command)),
-        hostname=_text(doc.get("hostname", ""), "hostname", 255),
+        command=command,
+        hostname=bounded_text(doc.get("hostname", ""), "hostname", 255),
         timestamp=timestamp,
         interval_s=interval,
         devices=tuple(_device(d, f"devices[{i}]") for i, d in enumerate(devices)),
         largest_arrays=tuple(_array(a, f"largest_arrays[{i}]") for i, a in enumerate(arrays)),
-        error=_opt_text(doc.get("error"), "error", 1000),
-        process_create_time=_opt_number(doc.get("process_create_time"), "process_create_time"),
-        jax_version=_opt_text(doc.get("jax_version"), "jax_version", 64),
-        jaxlib_version=_opt_text(doc.get("jaxlib_version"), "jaxlib_version", 64),
+        error=opt_text(doc.get("error"), "error", 1000),
+        process_create_time=None if doc.get("process_create_time") is None else unix_time(doc["process_create_time"], "process_create_time"),
+        jax_version=opt_text(doc.get("jax_version"), "jax_version", 64),
+        jaxlib_version=opt_text(doc.get("jaxlib_version"), "jaxlib_version", 64),
         backend_initialized=bool(doc.get("backend_initialized", True)),
-        snapshot_s=_opt_number(doc.get("snapshot_s"), "snapshot_s"),
+        snapshot_s=None if doc.get("snapshot_s") is None else seconds(doc["snapshot_s"], "snapshot_s"),
         path=path,
         age_s=None if now is None else now - timestamp,
     )
@@ -171,26 +185,26 @@ def parse_snapshot(doc: dict[str, Any], *, path: str | None = None, now: float |
 
 def _device(d: Any, where: str) -> PublishedDevice:
     if not isinstance(d, dict):
-        raise ValueError(f"{where} is {_show(d)}, not an object")
+        raise ValueError(f"{where} is {show(d)}, not an object")
     stats = d.get("memory_stats")
     if stats is not None:
         if not isinstance(stats, dict):
-            raise ValueError(f"{where}.memory_stats is {_show(stats)}, not an object or null")
-        if len(stats) > _MAX_STATS:
-            raise ValueError(f"{where}.memory_stats has {len(stats)} keys, more than {_MAX_STATS}")
-        stats = {printable(k, 64): _stat_value(v, f"{where}.memory_stats.{printable(k, 64)}") for k, v in stats.items()}
+            raise ValueError(f"{where}.memory_stats is {show(stats)}, not an object or null")
+        if len(stats) > MAX_STATS:
+            raise ValueError(f"{where}.memory_stats has {len(stats)} keys, more than {MAX_STATS}")
+        stats = {printable(k, 64): stat_value(v, f"{where}.memory_stats.{printable(k, 64)}") for k, v in stats.items()}
     platform = d.get("platform", "")
     if not isinstance(platform, str) or not _PLATFORM.match(platform):
-        raise ValueError(f"{where}.platform is {_show(platform)}, not a platform name")
+        raise ValueError(f"{where}.platform is {show(platform)}, not a platform name")
     return PublishedDevice(
-        id=_whole(d.get("id"), f"{where}.id", _ID_LIMIT),
+        id=whole_number(d.get("id"), f"{where}.id", _ID_LIMIT),
         platform=platform,
-        device_kind=_text(d.get("device_kind", ""), f"{where}.device_kind", 128),
-        process_index=_whole(d.get("process_index", 0) or 0, f"{where}.process_index", _ID_LIMIT),
-        live_bytes=_whole(d.get("live_bytes"), f"{where}.live_bytes", _SIZE_LIMIT),
-        live_arrays=_whole(d.get("live_arrays"), f"{where}.live_arrays", _SIZE_LIMIT),
+        device_kind=bounded_text(d.get("device_kind", ""), f"{where}.device_kind", 128),
+        process_index=whole_number(d.get("process_index", 0) or 0, f"{where}.process_index", _ID_LIMIT),
+        live_bytes=whole_number(d.get("live_bytes"), f"{where}.live_bytes", SIZE_LIMIT),
+        live_arrays=whole_number(d.get("live_arrays"), f"{where}.live_arrays", SIZE_LIMIT),
         memory_stats=stats,
-        memory_stats_error=_opt_text(d.get("memory_stats_error"), f"{where}.memory_stats_error", 1000),
+        memory_stats_error=opt_text(d.get("memory_stats_error"), f"{where}.memory_stats_error", 1000),
         pci_bus_id=_bus_id(d.get("pci_bus_id"), f"{where}.pci_bus_id"),
     )
 
@@ -199,65 +213,106 @@ def _bus_id(value: Any, where: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not _BUS_ID.match(value):
-        raise ValueError(f"{where} is {_show(value)}, not a PCI bus id")
+        raise ValueError(f"{where} is {show(value)}, not a PCI bus id")
     return value
 
 
 def _array(a: Any, where: str) -> PublishedArray:
     if not isinstance(a, dict):
-        raise ValueError(f"{where} is {_show(a)}, not an object")
-    shape = _list(a.get("shape", []), f"{where}.shape", _MAX_RANK)
-    devices = _list(a.get("devices", []), f"{where}.devices", MAX_DEVICES)
-    nbytes = _whole(a.get("nbytes"), f"{where}.nbytes", _SIZE_LIMIT)
+        raise ValueError(f"{where} is {show(a)}, not an object")
+    shape = bounded_list(a.get("shape", []), f"{where}.shape", _MAX_RANK)
+    devices = bounded_list(a.get("devices", []), f"{where}.devices", MAX_DEVICES)
+    nbytes = whole_number(a.get("nbytes"), f"{where}.nbytes", SIZE_LIMIT)
+    ids = tuple(whole_number(x, f"{where}.devices[{i}]", _ID_LIMIT) for i, x in enumerate(devices))
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{where}.devices names a device twice")
     return PublishedArray(
-        shape=tuple(_whole(n, f"{where}.shape[{i}]", _SIZE_LIMIT) for i, n in enumerate(shape)),
-        dtype=_text(a.get("dtype", ""), f"{where}.dtype", 64),
+        shape=tuple(whole_number(n, f"{where}.shape[{i}]", SIZE_LIMIT) for i, n in enumerate(shape)),
+        dtype=bounded_text(a.get("dtype", ""), f"{where}.dtype", 64),
         nbytes=nbytes,
-        local_bytes=_whole(a.get("local_bytes", nbytes), f"{where}.local_bytes", _SIZE_LIMIT),
-        devices=tuple(_whole(x, f"{where}.devices[{i}]", _ID_LIMIT) for i, x in enumerate(devices)),
+        local_bytes=whole_number(a.get("local_bytes", nbytes), f"{where}.local_bytes", SIZE_LIMIT),
+        devices=ids,
     )
 
 
-def _stat_value(v: Any, where: str) -> int | None:
+def stat_value(v: Any, where: str) -> int | None:
     # -1 is how PJRT plugins say "not set"; the writer maps it to null, older writers may not.
     if v is None or (type(v) is int and v == -1):
         return None
-    return _whole(v, where, _SIZE_LIMIT)
+    return whole_number(v, where, SIZE_LIMIT)
 
 
-def _whole(v: Any, where: str, limit: int) -> int:
+def whole_number(v: Any, where: str, limit: int) -> int:
     """An integer in [0, limit): a size, a count, an id."""
     if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{where} is {_show(v) if v is not None else 'missing'}, not an integer")
+        raise ValueError(f"{where} is {show(v) if v is not None else 'missing'}, not an integer")
     if not 0 <= v < limit:
-        raise ValueError(f"{where} is {_show(v)}, out of range (0 to {limit - 1})")
+        raise ValueError(f"{where} is {show(v)}, out of range (0 to {limit - 1})")
     return v
 
 
-def _number(v: Any, where: str) -> float:
+def finite_number(v: Any, where: str) -> float:
     # json gives no NaN or infinity here (parse_constant refuses them); a caller handing a dict may.
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValueError(f"{where} is {_show(v) if v is not None else 'missing'}, not a number")
+        raise ValueError(f"{where} is {show(v) if v is not None else 'missing'}, not a number")
     return float(v)
 
 
-def _opt_number(v: Any, where: str) -> float | None:
-    return None if v is None else _number(v, where)
+def unix_time(v: Any, where: str) -> float:
+    """A moment as Unix seconds: finite, not before 1970 and not past the year 9999 (what a clock can show)."""
+    t = finite_number(v, where)
+    if not 0 <= t < MAX_UNIX_TIME:
+        raise ValueError(f"{where} is {show(v)}, not a time (Unix seconds from 0 to {MAX_UNIX_TIME - 1})")
+    return t
 
 
-def _list(v: Any, where: str, limit: int) -> list:
+def seconds(v: Any, where: str) -> float:
+    """A duration: finite and not negative."""
+    t = finite_number(v, where)
+    if not 0 <= t < MAX_UNIX_TIME:
+        raise ValueError(f"{where} is {show(v)}, not a duration in seconds")
+    return t
+
+
+def readable_command(v: Any, where: str, limit: int = COMMAND_CHARS) -> tuple[str, ...]:
+    """A job's command line (a list of words) as a person can read it: every word printable, and the words joined
+    by spaces at most `limit` characters; a line cut short ends with "…" (a word of its own when the cut falls
+    between words). Every word is checked to be a string; what lies past the limit costs no more than that."""
     if not isinstance(v, list):
-        raise ValueError(f"{where} is {_show(v)}, not a list")
+        raise ValueError(f"{where} is {show(v)}, not a list")
+    words: list[str] = []
+    used, cut = 0, False  # used: the length of " ".join(words)
+    for i, word in enumerate(v):
+        if not isinstance(word, str):
+            raise ValueError(f"{where}[{i}] is {show(word)}, not a string")
+        if cut:
+            continue
+        room = limit - used - (1 if words else 0)  # at least 1: a word is kept only with room for " …" after it
+        shown = printable(word, room + 1)  # costs no more than the room, however long the word
+        whole = len(word) <= room and len(shown) <= room
+        if whole and (i == len(v) - 1 or room - len(shown) >= 2):
+            words.append(shown)
+            used += len(shown) + (1 if len(words) > 1 else 0)
+            continue
+        most = len(shown) - 1 if whole else room  # a word that fits but leaves no room for " …" gives up its end
+        words.append(printable(word, most) if most >= 1 else "…")  # ends with "…"
+        cut = True
+    return tuple(words)
+
+
+def bounded_list(v: Any, where: str, limit: int) -> list:
+    if not isinstance(v, list):
+        raise ValueError(f"{where} is {show(v)}, not a list")
     if len(v) > limit:
         raise ValueError(f"{where} has {len(v)} entries, more than {limit}")
     return v
 
 
-def _text(v: Any, where: str, limit: int) -> str:
+def bounded_text(v: Any, where: str, limit: int) -> str:
     if not isinstance(v, str):
-        raise ValueError(f"{where} is {_show(v)}, not a string")
+        raise ValueError(f"{where} is {show(v)}, not a string")
     return printable(v, limit)
 
 
-def _opt_text(v: Any, where: str, limit: int) -> str | None:
-    return None if v is None else _text(v, where, limit)
+def opt_text(v: Any, where: str, limit: int) -> str | None:
+    return None if v is None else bounded_text(v, where, limit)

@@ -83,6 +83,10 @@ class OomRequest(NamedTuple):
 
 
 NOTHING = OomRequest(None, False, None, None, None, None, None, None)
+# A figure a message can carry: a size below 2**63 bytes, written in at most this many characters. Anything
+# else (a 5000-digit count, which int() refuses, or 1e30 bytes) is no request the job made: the message says none.
+_FIGURE_LIMIT = 1 << 63
+_FIGURE_CHARS = 24
 
 
 def size_bytes(number: str, unit: str) -> tuple[int, int]:
@@ -96,6 +100,17 @@ def size_bytes(number: str, unit: str) -> tuple[int, int]:
 def parse_oom(message: str) -> OomRequest:
     """The request of an out-of-memory message (several chained messages may be joined with newlines, the
     outermost first): the first known phrase after the status code, else the first anywhere."""
+    try:
+        found = _parse(message)
+    except (ValueError, KeyError, ZeroDivisionError):  # a figure past what a size is (int() refuses 5000 digits)
+        return NOTHING
+    if found.requested_bytes is None or not 0 <= found.requested_bytes < _FIGURE_LIMIT:
+        return NOTHING
+    within = [v if v is None or 0 <= v < _FIGURE_LIMIT else None for v in (found.free_bytes, found.capacity_bytes)]
+    return found._replace(free_bytes=within[0], capacity_bytes=within[1])
+
+
+def _parse(message: str) -> OomRequest:
     if not message:
         return NOTHING
     status = _STATUS.search(message)
@@ -104,10 +119,12 @@ def parse_oom(message: str) -> OomRequest:
         return NOTHING
     family, m = found
     groups = {k: v for k, v in m.groupdict().items() if v is not None}
+    if any(len(v) > _FIGURE_CHARS for k, v in groups.items() if k in ("dev", "exact", "num", "free", "cap")):
+        return NOTHING
     device = int(groups["dev"]) if "dev" in groups else _allocator_ordinal(groups.get("alloc"))
     if "exact" in groups:
         requested, exact = int(groups["exact"]), True
-    elif groups.get("num_unit") in ("B", "bytes"):
+    elif groups.get("num_unit") in ("B", "bytes") and groups["num"].isdigit():
         requested, exact = int(groups["num"]), True
     else:
         requested, spread = size_bytes(groups["num"], groups["num_unit"])
@@ -151,6 +168,8 @@ def _agreeing_count(message: str, shown: int, spread: int) -> tuple[int, int | N
     """(bytes, ordinal) of the first byte count in the message that agrees with a size shown as `shown` +- `spread`."""
     for pattern in _EXACT:
         for m in pattern.finditer(message):
+            if len(m.group("exact")) > _FIGURE_CHARS:
+                continue
             n = int(m.group("exact"))
             if abs(n - shown) <= spread:
                 dev = m.groupdict().get("dev")

@@ -74,7 +74,7 @@ class PublisherSnapshot:
     """A publisher's document as devctl read it: checked, bounded, and placed in time."""
 
     pid: int
-    command: tuple[str, ...]
+    command: tuple[str, ...]  # the job's command line as a person reads it: printable, cut to 256 characters in all, ending with "…" when cut
     hostname: str
     timestamp: float  # unix seconds when the job took the snapshot
     interval_s: float | None  # None for a one-off snapshot() that no thread refreshes

@@ -7,6 +7,7 @@ nobody asks pays nothing for it. jax is imported inside functions only.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Container, Sequence
 from typing import Any
 
@@ -164,67 +165,268 @@ def _without_aliases(arrays: list, in_flight: Container[int] = ()) -> list:
 
 # ---- answering devctl, in the publisher's thread -----------------------------------------------------
 
+# Requests taken in one tick (the rest wait for the next): twenty readers asking at once are answered together,
+# from one look at the arrays.
+MAX_REQUESTS_PER_TICK = 32
+# Names looked at once and refused (not a request of this job, not a regular file of this user, not removable)
+# are never looked at again; this many are remembered.
+_REFUSED_KEPT = 1024
+SWEEP_EVERY_S = 10.0  # how often the publisher sweeps orphaned --top files (devctl.discovery.holders)
+ANSWER_UNREAD_S = 5.0  # at stop: an answer this old was not read by a reader that waits (it reads within 50 ms)
+_COMMAND_WORDS, _COMMAND_WORD_CHARS = 256, 1000  # an answer is at most ANSWER_MAX_BYTES, whatever the argv
 
-def answer_request(directory: str, pid: int) -> bool:
-    """Answer a `devctl memstats --top` request waiting in `directory`, if there is one; whether one was answered.
-    The request is read as a regular file of this user (never a link), bounded; a malformed one is removed."""
-    import json
-    import socket
-    import stat
-    import sys
-    import time
 
-    from devctl.discovery.holders import REQUEST_MAX_BYTES, answer_path, pprof_path, request_path
-    from devctl.model.holders import MAX_TOP, TOP_SCHEMA
-    from devctl.safefs import read_regular, remove_own_file, write_atomic
+class _Request:
+    __slots__ = ("token", "n", "pprof")
 
-    asked = request_path(directory, pid)
-    try:
-        st = os.lstat(asked)
-    except OSError:
-        return False  # nobody asked: the common case, one lstat a tick
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-        return False
-    started = time.thread_time()
-    try:
-        request = json.loads(read_regular(asked, REQUEST_MAX_BYTES))
-        n, token = int(request["n"]), str(request["token"])[:64]
-        want_pprof = bool(request.get("pprof"))
-    except (OSError, ValueError, KeyError, TypeError):
-        remove_own_file(asked)
-        return False
-    note = None
-    if want_pprof:
+    def __init__(self, token: str, n: int, pprof: bool) -> None:
+        self.token, self.n, self.pprof = token, n, pprof
+
+
+class TopRequests:
+    """The job's side of `devctl memstats --top` (files: devctl.discovery.holders), one per publisher, run in its
+    thread after each snapshot.
+
+    The most protected code of devctl: it runs inside the training job, on files other processes wrote. A request
+    is taken (removed) before anything is done with it, and answered at most once whatever happens next (refused,
+    damaged, its answer path unwritable, the disk full): nothing is ever retried. Its numbers are checked before
+    use. One tick lists the directory once, takes at most MAX_REQUESTS_PER_TICK requests and computes the arrays
+    (and the profile) at most once for all of them; a name it refused is not looked at again. When nobody asks
+    a tick costs one listdir, and every SWEEP_EVERY_S a sweep of orphans (bounded)."""
+
+    def __init__(self) -> None:
+        self._refused: set[str] = set()
+        self._next_sweep = 0.0
+        self._started = False
+        # What the job did, for tests and benchmarks: requests taken, answers written, arrays computed.
+        self.taken = 0
+        self.answered = 0
+        self.computed = 0
+
+    def tick(self, directory: str, pid: int) -> str | None:
+        """Take and answer what waits in `directory`; an error for the job's next snapshot (naming each request it
+        could not answer by its token, so that its reader stops waiting), or None."""
+        from devctl.discovery.holders import legacy_paths, sweep_orphans
+        from devctl.safefs import remove_own_file
+
         try:
-            import jax
+            names = os.listdir(directory)
+        except OSError:
+            return None
+        now = time.time()
+        if not self._started:
+            self._started = True
+            for path in legacy_paths(directory, pid):  # left by an older devctl: never answered, never read
+                remove_own_file(path)
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_EVERY_S
+            sweep_orphans(directory, names, now=now)
+        prefix = f"{pid}.top-request."
+        waiting = [name for name in names if name.startswith(prefix) and name not in self._refused]
+        if not waiting:
+            return None
+        errors: list[str] = []
+        requests = []
+        for name in waiting[:MAX_REQUESTS_PER_TICK]:
+            try:
+                request = self._take(directory, pid, name)
+            except Exception as e:  # noqa: BLE001 - the request is gone or refused: said once, never retried
+                errors.append(str(e) if isinstance(e, _Refused) else f"a --top request failed: {_why(e)}")
+                continue
+            if request is not None:
+                requests.append(request)
+        if requests:
+            self._answer(directory, pid, requests, errors)
+        if not errors:
+            return None
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        return "; ".join(e[:300] for e in errors[:3]) + more  # a snapshot's error holds 1,000 characters
 
-            write_atomic(pprof_path(directory, pid), jax.profiler.device_memory_profile(), mode=0o600, sync=False)
-        except Exception as e:  # noqa: BLE001 - the answer says why; the job goes on
-            note = f"the memory profile failed: {type(e).__name__}: {e}"[:300]
-    doc = {
-        "schema": TOP_SCHEMA,
-        "token": token,
-        "pid": pid,
-        "command": list(sys.argv) or [sys.executable],
-        "hostname": socket.gethostname(),
-        "timestamp": time.time(),
-        **held(max(1, min(n, MAX_TOP))),
-        "note": note,
-    }
-    doc["cost_s"] = round(time.thread_time() - started, 6)
-    write_atomic(answer_path(directory, pid), json.dumps(doc).encode(), mode=0o600, sync=False)
-    remove_own_file(asked)
-    return True
+    def _refuse(self, name: str) -> None:
+        if len(self._refused) >= _REFUSED_KEPT:
+            self._refused.clear()  # names of requests gone long ago: one more look each costs one lstat
+        self._refused.add(name)
+
+    def _take(self, directory: str, pid: int, name: str) -> _Request | None:
+        """The request `name`, removed; None when it was withdrawn, is not one, or its reader is gone; _Refused
+        (naming its token) when it cannot be answered. Never opens anything but a regular file of this user."""
+        import stat
+
+        from devctl.discovery.holders import REQUEST_MAX_BYTES, REQUEST_NAME, answer_path, host_tag, pid_alive, pprof_path, token_reader
+        from devctl.safefs import file_kind, read_regular, remove_own_file
+
+        m = REQUEST_NAME.match(name)
+        if m is None or int(m.group(1)) != pid:
+            self._refuse(name)
+            return None
+        path = os.path.join(directory, name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None  # withdrawn by its reader meanwhile
+        except OSError:
+            self._refuse(name)
+            return None
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            self._refuse(name)  # a FIFO, a directory, a link, another user's: never opened, left as it is
+            return None
+        token = m.group(2)
+        self.taken += 1
+        try:
+            raw = read_regular(path, REQUEST_MAX_BYTES)
+        except OSError as e:
+            raise _Refused(f"the --top request {token} was refused: {e.strerror or e}") from None
+        finally:
+            if not remove_own_file(path):
+                self._refuse(name)  # taken all the same: never looked at again
+        try:
+            n, pprof = _parse_request(raw)
+        except Exception as e:  # noqa: BLE001 - ValueError as a rule; whatever it is, the request is refused once
+            raise _Refused(f"the --top request {token} was refused: {_why(e)}") from None
+        reader, tag = token_reader(token)
+        if tag == host_tag() and not pid_alive(reader):
+            return None  # its reader is gone: nobody would read the answer
+        for answer in (answer_path(directory, pid, token), pprof_path(directory, pid, token) if pprof else None):
+            if answer is None:
+                continue
+            try:
+                st = os.lstat(answer)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise _Refused(f"the --top request {token} was not answered: {os.path.basename(answer)}: {e.strerror or e}") from None
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                what = file_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else f"owned by uid {st.st_uid}"
+                raise _Refused(f"the --top request {token} was not answered: {os.path.basename(answer)} is {what}")
+        return _Request(token, n, pprof)
+
+    def _answer(self, directory: str, pid: int, requests: list[_Request], errors: list[str]) -> None:
+        """Compute the arrays (and the profile) once, and write each request's answer: a failure costs that answer
+        only, and is said."""
+        import socket
+        import sys
+
+        from devctl.discovery.holders import PPROF_MAX_BYTES, answer_path, pprof_path
+        from devctl.model.holders import TOP_SCHEMA
+        from devctl.safefs import remove_own_file, write_atomic
+
+        started = time.thread_time()
+        try:
+            top = held(max(r.n for r in requests))
+        except Exception as e:  # noqa: BLE001 - said once; the requests are gone
+            errors.append(f"the --top requests {' '.join(r.token for r in requests)} failed: {_why(e)}")
+            return
+        self.computed += 1
+        profile, note = None, None
+        if any(r.pprof for r in requests):
+            try:
+                import jax
+
+                profile = jax.profiler.device_memory_profile()
+            except Exception as e:  # noqa: BLE001 - the answer says why; the job goes on
+                note = f"the memory profile failed: {_why(e)}"[:300]
+            if profile is not None and len(profile) > PPROF_MAX_BYTES:
+                note, profile = f"the memory profile is {len(profile)} bytes, more than devctl reads ({PPROF_MAX_BYTES})", None
+        command = [word[:_COMMAND_WORD_CHARS] for word in (list(sys.argv) or [sys.executable])[:_COMMAND_WORDS]]
+        common = {"schema": TOP_SCHEMA, "pid": pid, "command": command, "hostname": socket.gethostname()}
+        for r in requests:
+            profile_file = pprof_path(directory, pid, r.token)
+            try:
+                if r.pprof and profile is not None:
+                    write_atomic(profile_file, profile, mode=0o600, sync=False)  # first: the answer says it is there
+                doc = {
+                    **common, "token": r.token, "timestamp": time.time(), "total_arrays": top["total_arrays"],
+                    "total_bytes": top["total_bytes"], "arrays": top["arrays"][: r.n], "sites": top["sites"],
+                    "note": note if r.pprof else None, "cost_s": round(time.thread_time() - started, 6),
+                }  # fmt: skip
+                write_atomic(answer_path(directory, pid, r.token), _fit(doc), mode=0o600, sync=False)
+                self.answered += 1
+            except Exception as e:  # noqa: BLE001 - a full disk, an answer path made unwritable: this answer only
+                remove_own_file(profile_file)  # a profile without its answer is nobody's
+                errors.append(f"the --top request {r.token} failed: {_why(e)}")
+
+    def forget(self, directory: str, pid: int) -> None:
+        """At stop: this job's requests (never answered now: their readers see the job go), the answers no reader
+        will read (its reader is gone, or it waited no longer), and an older devctl's files of this pid. Regular
+        files of this user only; post-mortems stay."""
+        import stat
+
+        from devctl.discovery.holders import ANSWER_NAME, REQUEST_NAME, host_tag, legacy_paths, pid_alive
+        from devctl.safefs import remove_own_file
+
+        for path in legacy_paths(directory, pid):
+            remove_own_file(path)
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return
+        now = time.time()
+        for name in names:
+            path = os.path.join(directory, name)
+            if (m := REQUEST_NAME.match(name)) and int(m.group(1)) == pid:
+                remove_own_file(path)
+            elif (m := ANSWER_NAME.match(name)) and int(m.group(1)) == pid:
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                reader_gone = m.group(4) == host_tag() and not pid_alive(int(m.group(3)))
+                if stat.S_ISREG(st.st_mode) and (reader_gone or now - st.st_mtime > ANSWER_UNREAD_S):
+                    remove_own_file(path)
 
 
-def forget_requests(directory: str, pid: int) -> None:
-    """At stop: this job's request, answer and profile files, which nobody will read now (regular files of this
-    user only; post-mortems stay)."""
-    from devctl.discovery.holders import answer_path, pprof_path, request_path
-    from devctl.safefs import remove_own_file
+class _Refused(Exception):
+    """A request taken and not answered, with the line the job's snapshot says it in."""
 
-    for path in (request_path(directory, pid), answer_path(directory, pid), pprof_path(directory, pid)):
-        remove_own_file(path)
+
+def _parse_request(raw: bytes) -> tuple[int, bool]:
+    """(n, pprof) of a request; ValueError saying what is wrong. Numbers are checked before use: `"n": Infinity`,
+    1e400, -1, 2.5, a 4,000-digit number and true are refused, and nothing nests deeper than a request does."""
+    import json
+
+    from devctl.discovery.snapshot_format import nesting_too_deep
+    from devctl.model.holders import MAX_TOP
+
+    if nesting_too_deep(raw, 2):
+        raise ValueError("it nests deeper than a request does")
+    doc = json.loads(raw.decode("utf-8"), parse_constant=_not_a_number)
+    if not isinstance(doc, dict):
+        raise ValueError("it is not a JSON object")
+    n, pprof = doc.get("n"), doc.get("pprof", False)
+    if type(n) is not int or not 1 <= n <= MAX_TOP:
+        raise ValueError(f"n is {_short(repr(n))[:40]}, not a whole number from 1 to {MAX_TOP}")
+    if not isinstance(pprof, bool):
+        raise ValueError(f"pprof is {_short(repr(pprof))[:40]}, not true or false")
+    return n, pprof
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")
+
+
+def _fit(doc: dict[str, Any]) -> bytes:
+    """The answer as JSON within ANSWER_MAX_BYTES: the largest arrays and lines that fit, whole, with a note."""
+    import json
+
+    from devctl.discovery.holders import ANSWER_MAX_BYTES
+
+    data = json.dumps(doc).encode()
+    shown = (len(doc["arrays"]), len(doc["sites"]))
+    while len(data) > ANSWER_MAX_BYTES and (doc["sites"] or doc["arrays"]):
+        key = "sites" if len(doc["sites"]) > 1 or not doc["arrays"] else "arrays"
+        doc[key] = doc[key][: len(doc[key]) // 2]
+        cut = f"cut to fit {ANSWER_MAX_BYTES} bytes: {len(doc['arrays'])} of {shown[0]} arrays, {len(doc['sites'])} of {shown[1]} lines"
+        doc["note"] = f"{doc['note']}; {cut}" if doc.get("note") else cut
+        data = json.dumps(doc).encode()
+    if len(data) > ANSWER_MAX_BYTES:
+        raise ValueError(f"the answer is {len(data)} bytes, more than {ANSWER_MAX_BYTES}")
+    return data
+
+
+def _why(e: BaseException) -> str:
+    from devctl.publish.document import describe
+
+    return describe(e)[:300]
 
 
 # ---- the post-mortem of a job that dies of RESOURCE_EXHAUSTED ----------------------------------------

@@ -26,7 +26,7 @@ from devctl.discovery.publishers import (
 )
 from devctl.discovery.snapshot_format import MAX_ARRAYS, MAX_FILE_BYTES, SNAPSHOT_PREFIX
 from devctl.publish.document import build_snapshot, describe, encode
-from devctl.publish.holders import answer_request, forget_requests, install_oom_hook
+from devctl.publish.holders import TopRequests, install_oom_hook
 from devctl.publish.live_arrays import ArrayCache
 from devctl.safefs import read_regular, write_atomic
 
@@ -119,6 +119,7 @@ class Publisher:
         # (path, st_dev, st_ino) of the file this publisher last wrote: the only file it ever removes.
         self._written: tuple[str, int, int] | None = None
         self._cache = ArrayCache()
+        self._requests = TopRequests()  # `devctl memstats --top` questions, answered after each snapshot
         self.snapshots_written = 0
         self._ticks = 0  # loop turns, written or not: lets a test wait for turns instead of sleeping
 
@@ -154,7 +155,7 @@ class Publisher:
             t.join(timeout)
         if self._pid == os.getpid():
             self._remove_file()
-            forget_requests(self._directory, self._pid)
+            self._requests.forget(self._directory, self._pid)
         with _lock:
             if _publisher is self:
                 _publisher = None
@@ -245,9 +246,12 @@ class Publisher:
         self._written = written
         self.snapshots_written += 1
         try:
-            answer_request(directory, self._pid)  # one lstat when nobody asks
+            # One listdir when nobody asks; each request taken once and never retried, whatever it holds.
+            error = self._requests.tick(directory, self._pid)
         except Exception as e:  # noqa: BLE001 - the next snapshot says what went wrong; the job goes on
-            self._pending_error = f"answering a --top request failed: {describe(e)}"
+            error = f"answering --top requests failed: {describe(e)}"
+        if error:
+            self._pending_error = error  # the next snapshot says it, once: readers waiting on a token read it there
 
     def _remove_file(self) -> None:
         written, self._written = self._written, None

@@ -96,10 +96,13 @@ def _postmortem(pm: PostMortem) -> None:
     from devctl.render.console import print_table, say
     from devctl.text import printable
 
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(pm.timestamp))
+    try:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(pm.timestamp))
+    except (OverflowError, OSError, ValueError):  # the reader refuses such a time; a report built elsewhere may not
+        when = "an unknown time"
     asked = f", {text}" if (text := requested_text(pm)) else ""
     say(f"job {pm.pid} ({printable(' '.join(pm.command), 120)}) ran out of memory at {when}{asked}")
-    say(f"error: {pm.error}", hang="  ")
+    say(f"error: {printable(pm.error, 1000)}", hang="  ")
     for d in pm.devices:
         stats = d.memory_stats or {}
         if stats:
