@@ -74,7 +74,7 @@ def test_wheel_is_jax_devctl_with_its_licence(wheel):
     assert "Apache License" in licence and "Version 2.0, January 2004" in licence and "END OF TERMS AND CONDITIONS" in licence
     # The command and the import package keep their name.
     assert re.search(r"^devctl = devctl\.cli\.entry:main$", entry_points, re.M), entry_points
-    assert "devctl/__init__.py" in names and "devctl/cli/root_help.txt" in names
+    assert "devctl/__init__.py" in names and "devctl/cli/root_help.json" in names
 
 
 def test_wheel_ships_the_completion_scripts(wheel):

@@ -170,8 +170,11 @@ def _command_path(args: list[str]) -> str:
 
 
 def _error(message: str, code: int) -> int:
-    """The one error line: `devctl: error: ` and the message, on one line a person can read."""
-    sys.stderr.write(f"{ERROR_PREFIX}{_one_line(message)}\n")
+    """The one error line: `devctl: error: ` and the message, on one line a person can read (on a terminal,
+    broken between words at its edge; whole for logs and grep)."""
+    from devctl.render.console import message_lines
+
+    sys.stderr.write(message_lines(f"{ERROR_PREFIX}{_one_line(message)}") + "\n")
     return code
 
 

@@ -1,26 +1,32 @@
 """The `devctl` entry point: answers `devctl --help` from a generated file, everything else through typer.
 
 Importing typer alone takes about 70 ms; the root help is the page people
-open most, so it is served from `root_help.txt`, which
-`python -m devctl.cli.generated --update` writes from typer's own output and
-a test keeps fresh.
+open most, so it is served from `root_help.json` (what typer knows of the
+root: its description, options and each command's summary, which
+`python -m devctl.cli.generated --update` writes and a test keeps fresh),
+laid out here for the terminal it is shown in: words wrapped whole, no
+summary cut short, at 80 columns or 200.
 """
 
 import os
 import signal
 import sys
 
-HELP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "root_help.txt")
+HELP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "root_help.json")
+# Past this, lines are harder to read than to wrap (typer's own help stops at 100 too).
+WIDEST = 120
 
 
 def main() -> None:
     if sys.argv[1:] in (["--help"], ["-h"]) and "DEVCTL_NO_HELP_CACHE" not in os.environ:
         try:
             with open(HELP_FILE, encoding="utf-8") as f:
-                sys.stdout.write(f.read())
-            sys.exit(0)
-        except OSError:
+                text = root_help(f.read(), _columns())
+        except (OSError, ValueError, KeyError, TypeError):
             pass  # not generated (a source checkout mid-edit): typer renders it
+        else:
+            sys.stdout.write(text)
+            sys.exit(0)
     # A CI timeout or a closed terminal sends TERM or HUP: unwind like Ctrl-C, so probe children are ended too.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)
@@ -32,6 +38,37 @@ def main() -> None:
     from devctl.cli.app import main as run
 
     run()
+
+
+def _columns() -> int:
+    """The terminal's width ($COLUMNS first, as shells and typer do); 80 where stdout is no terminal."""
+    import shutil
+
+    return max(40, min(WIDEST, shutil.get_terminal_size((80, 24)).columns))
+
+
+def root_help(document: str, width: int) -> str:
+    """`devctl --help` from root_help.json's data, wrapped at `width` on word boundaries with hanging indents."""
+    import json
+    import textwrap
+
+    data = json.loads(document)
+
+    # One column for the texts of both tables: two spaces before a name, two after the longest.
+    left = max(len(name) for name, _ in data["options"] + data["commands"]) + 4
+
+    def rows(pairs: list) -> list[str]:
+        out = []
+        for name, text in pairs:
+            lines = textwrap.wrap(text, max(20, width - left), break_long_words=False, break_on_hyphens=False) or [""]
+            out.append(f"  {name.ljust(left - 4)}  {lines[0]}".rstrip())
+            out += [" " * left + line for line in lines[1:]]
+        return out
+
+    lines = [data["usage"], ""]
+    lines += textwrap.wrap(data["description"], width, initial_indent="  ", subsequent_indent="  ", break_long_words=False)
+    lines += ["", "Options:", *rows(data["options"]), "", "Commands:", *rows(data["commands"])]
+    return "\n".join(lines) + "\n"
 
 
 def _exit_on_signal(signum, _frame) -> None:
