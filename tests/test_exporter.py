@@ -78,6 +78,14 @@ def job_value(metrics: dict, name: str, device: str, **match: str) -> float | No
     return found[0] if found else None
 
 
+def promtool_clean(text: str) -> None:
+    """promtool's own lint of an exposition (names, units, label names), where the binary is installed."""
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
 # Labels Prometheus sets itself (`job`, `instance`), a duplicate of instance, and the per-process ones.
 RESERVED = {"job", "instance", "host", "exported_job", "exported_instance"}
 
@@ -108,6 +116,7 @@ def test_once_exports_the_jobs_own_allocator_view_and_every_source(job, runtime,
         second.stop()
     assert proc.returncode == 0, proc.stderr
     metrics = parse(proc.stdout)
+    promtool_clean(proc.stdout)
     assert job_value(metrics, "devctl_job_live_array_bytes", "cpu:1") == 2 * ON_DEVICE_1
     assert job_value(metrics, "devctl_job_live_arrays", "cpu:1") == 4
     assert job_value(metrics, "devctl_job_live_array_bytes", "cpu:0") == 2 * (MIB // 4)
@@ -145,6 +154,7 @@ def test_per_process_command_label_and_the_pod_from_a_kubernetes_cgroup(job, run
     proc = run_devctl("exporter", "--once", "--per-process", "--command-label", "--host-root", str(host), env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr
     metrics = parse(proc.stdout)
+    promtool_clean(proc.stdout)
     labels = next(lb for lb, _ in metrics["devctl_job_live_array_bytes"] if lb["device"] == "cpu:1")
     assert labels["pid"] == str(pid) and labels["program"] == "job.py"
     assert labels["command"] == f"{sys.executable} {job.script}"
