@@ -164,12 +164,18 @@ def test_per_process_command_label_and_the_pod_from_a_kubernetes_cgroup(job, run
     assert all("(" not in lb["where"] or "(pid " in lb["where"] for lb, _ in metrics.get("devctl_headroom_bytes", []))
     every = {k for samples in metrics.values() for lb, _ in samples for k in lb}
     assert not every & RESERVED, every
-    # Another process's command line at that pid (a pid of another pid namespace): not the job, so no pod.
+    # Seen from the node (a DaemonSet with hostPID): at the job's own pid runs another process, and the job is the
+    # process whose innermost pid (NSpid) is the snapshot's: its pod is still found.
+    node_pid = proc_dir.parent / "4000000"
+    proc_dir.rename(node_pid)
+    (node_pid / "status").write_text(f"Name:\tpython\nNSpid:\t4000000\t{pid}\n")
+    proc_dir.mkdir()
     (proc_dir / "cmdline").write_bytes(b"/usr/bin/sleep\x00600\x00")
     proc = run_devctl("exporter", "--once", "--host-root", str(host), env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr
     labels = next(lb for lb, _ in parse(proc.stdout)["devctl_job_live_array_bytes"] if lb["device"] == "cpu:1")
-    assert labels == {"program": "job.py", "process_index": "0", "device": "cpu:1", "platform": "cpu", "device_kind": "cpu"}
+    assert labels == {"program": "job.py", "pod": "trainer-7d9f-abcde", "namespace": "ml", "pod_uid": POD_UID,
+                      "process_index": "0", "device": "cpu:1", "platform": "cpu", "device_kind": "cpu"}  # fmt: skip
 
 
 POD_UID = "5e3c1d2a-7b4f-4c1e-9a8d-0f6b2c3d4e5f"
@@ -429,6 +435,40 @@ def test_the_pod_from_real_proc_files_read_only_as_files_and_only_for_its_proces
     (proc_dir / "cgroup").unlink()
     os.mkfifo(proc_dir / "cgroup")
     assert process_pod(root, 4242) == NO_POD
+
+
+def test_a_publisher_is_found_by_its_innermost_pid_and_command_line(tmp_path):
+    """A job in a pod publishes its own pid namespace's pid (7); from the node it is pid 4100, and pid 7 there is
+    something else. Two candidates with one command line are left unsaid rather than guessed."""
+    from devctl.discovery.kubernetes import PublisherPids
+    from devctl.hostroot import HostRoot
+
+    def process(pid: int, argv: bytes, nspid: str) -> None:
+        d = tmp_path / "proc" / str(pid)
+        d.mkdir(parents=True)
+        (d / "cmdline").write_bytes(argv)
+        (d / "status").write_text(f"Name:\tx\nNSpid:\t{nspid}\n")
+
+    process(7, b"/sbin/agetty\x00tty1\x00", "7")
+    process(4100, b"python\x00train.py\x00", "4100\t7")
+    process(4200, b"python\x00eval.py\x00", "4200\t7")
+    pids = PublisherPids(HostRoot(str(tmp_path)))
+    assert pids.find(7, ("python", "train.py")) == 4100
+    assert pids.find(7, ("python", "eval.py")) == 4200
+    assert pids.find(7, ("/sbin/agetty", "tty1")) == 7  # where the snapshot's pid is the process itself
+    assert pids.find(8, ("python", "train.py")) is None
+    process(4300, b"python\x00train.py\x00", "4300\t7")  # a second pod's job, same pid, same command line
+    (tmp_path / "proc" / "4100" / "cmdline").write_bytes(b"python\x00other.py\x00")  # the one known is gone
+    pids.new_collection()
+    assert pids.find(7, ("python", "train.py")) == 4300
+    (tmp_path / "proc" / "4100" / "cmdline").write_bytes(b"python\x00train.py\x00")
+    (tmp_path / "proc" / "4300" / "cmdline").write_bytes(b"python\x00x.py\x00")
+    pids.new_collection()
+    assert pids.find(7, ("python", "train.py")) == 4100
+    process(4400, b"python\x00train.py\x00", "4400\t7")
+    pids.new_collection()
+    pids._known.clear()
+    assert pids.find(7, ("python", "train.py")) is None
 
 
 def test_process_series_are_summed_by_program_unless_per_process():

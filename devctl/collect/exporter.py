@@ -14,6 +14,7 @@ import threading
 import time
 from typing import AbstractSet, Any, Callable, Sequence
 
+from devctl.discovery.kubernetes import PublisherPids
 from devctl.hostroot import HostRoot
 from devctl.model.exporter import JOB_MAX, Collection, Sample, SourceResult
 from devctl.model.memstats import job_headroom_bytes, usable_memory
@@ -46,6 +47,7 @@ class Exporter:
         self.probe_error: str | None = None
         self.versions: dict[str, str] = {}
         self._running: dict[str, _Call] = {}
+        self._pids = PublisherPids(self.root)
         self._lock = threading.Lock()
         self._last: tuple[float, Collection] | None = None  # (when it started, the collection)
 
@@ -126,10 +128,12 @@ class Exporter:
         from devctl.text import printable
 
         report = read_publishers(self.publisher_dir)
+        self._pids.new_collection()
         samples = []
         for p in report.publishers:
             # Per process here, always: the headroom is a process's; collect() sums them by program after it.
-            job = {**self._who(p.pid, p.command, argv_checked=True, hostname=p.hostname), "pid": str(p.pid)}
+            here = self._pids.find(p.pid, p.command)
+            job = {**self._who(here, p.command, hostname=p.hostname), "pid": str(p.pid)}
             samples.append(Sample("devctl_job_processes", job, 1.0))
             if p.age_s is not None:
                 samples.append(Sample("devctl_job_snapshot_age_seconds", job, max(p.age_s, 0.0)))
@@ -144,14 +148,13 @@ class Exporter:
                 samples.append(Sample("devctl_job_live_arrays", labels, float(d.live_arrays)))
         return samples
 
-    def _who(self, pid: int, argv: Sequence[str], *, argv_checked: bool = False, hostname: str | None = None) -> dict[str, str]:
+    def _who(self, pid: int | None, argv: Sequence[str], *, hostname: str | None = None) -> dict[str, str]:
         """A process's labels but its pid: its program, its command line with --command-label, and its pod where
-        it runs under Kubernetes (`argv_checked`: only if /proc/<pid> runs `argv`, as a publisher's pid may be
-        another pid namespace's)."""
-        from devctl.discovery.kubernetes import process_pod
+        it runs under Kubernetes (`pid`: the process in this root's /proc, None where it is not there)."""
+        from devctl.discovery.kubernetes import NO_POD, process_pod
         from devctl.text import printable
 
-        pod = process_pod(self.root, pid, argv=tuple(argv) if argv_checked else None, hostname=hostname)
+        pod = process_pod(self.root, pid, hostname=hostname) if pid is not None else NO_POD
         labels = {"program": program_name(argv), **pod.labels(container_id=self.per_process)}
         if self.command_label:
             labels["command"] = printable(" ".join(argv), COMMAND_LABEL_CHARS) or "?"

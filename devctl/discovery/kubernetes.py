@@ -116,13 +116,58 @@ def pod_of(env: dict[str, str], cgroup: tuple[str, str], hostname: str | None = 
 
 def process_pod(root: HostRoot, pid: int, *, argv: tuple[str, ...] | None = None, hostname: str | None = None) -> PodRef:
     """The pod of the process `pid` of the root's /proc. With `argv`, only when that process's command line is
-    `argv`: a publisher's pid is the one of its own pid namespace, which from another (a job in a pod, an
-    exporter on the host) is some other process or none."""
+    `argv` (publisher_pid finds a publisher's)."""
     if argv is not None and not _runs(root, pid, argv):
         return NO_POD
     cgroup = _read(root, f"/proc/{pid}/cgroup", CGROUP_CAP)
     environ = _read(root, f"/proc/{pid}/environ", ENVIRON_CAP)
     return pod_of(parse_environ(environ or b""), parse_cgroup((cgroup or b"").decode("utf-8", "replace")), hostname)
+
+
+class PublisherPids:
+    """Where a publisher is in the root's /proc. A snapshot holds the pid of the job's own pid namespace: seen
+    from the host (an exporter on the node, or a DaemonSet with hostPID) a job in a pod is another pid, and at
+    its snapshot's pid runs some other process or none. The kernel lists a process's pid in each namespace it
+    is in (NSpid in /proc/<pid>/status, innermost last), so the job is the process whose innermost pid is the
+    snapshot's and whose command line is the snapshot's. /proc is scanned only for a publisher not found at
+    its own pid, at most once per collection, and what was found is remembered (and checked) across them."""
+
+    MAX_SCAN = 1 << 16  # /proc entries looked at in one scan
+
+    def __init__(self, root: HostRoot) -> None:
+        self.root = root
+        self._known: dict[tuple[int, tuple[str, ...]], int] = {}
+        self._inner: dict[int, list[int]] | None = None  # innermost pid -> pids here, this collection
+
+    def new_collection(self) -> None:
+        self._inner = None
+
+    def find(self, pid: int, argv: tuple[str, ...]) -> int | None:
+        """The pid here of the process a snapshot names, or None where it is not to be seen."""
+        if _runs(self.root, pid, argv):
+            return pid
+        known = self._known.get((pid, argv))
+        if known is not None and _runs(self.root, known, argv):
+            return known
+        self._known.pop((pid, argv), None)
+        found = [p for p in self._index().get(pid, []) if _runs(self.root, p, argv)]
+        if len(found) != 1:  # two pods' jobs with one pid and one command line: not said which is which
+            return None
+        self._known[(pid, argv)] = found[0]
+        return found[0]
+
+    def _index(self) -> dict[int, list[int]]:
+        if self._inner is None:
+            self._inner = {}
+            for name in self.root.listdir("/proc")[: self.MAX_SCAN]:
+                if not name.isdigit():
+                    continue
+                status = _read(self.root, f"/proc/{name}/status", 4096) or b""
+                m = re.search(rb"^NSpid:\s+([0-9\s]+)$", status, re.MULTILINE)
+                levels = m.group(1).split() if m else []
+                if len(levels) > 1:
+                    self._inner.setdefault(int(levels[-1]), []).append(int(name))
+        return self._inner
 
 
 def _runs(root: HostRoot, pid: int, argv: tuple[str, ...]) -> bool:
