@@ -499,3 +499,40 @@ def test_process_series_are_summed_by_program_unless_per_process():
     ((where, least),) = [(s.labels["where"], s.value) for s in _headroom(stats)]
     assert (where, least) == ("gpu:0 (train.py)", 10.0)
     assert _headroom(stats, per_process=True)[0].labels == {"where": "gpu:0 (pid 2)"}
+
+
+def test_nvmls_per_process_series_name_the_program_and_pod_of_a_host_pid(tmp_path, monkeypatch):
+    """NVML's processes (host pids) as --per-process exports them: program and pod from the pid's /proc entries
+    (a host root here), the command line only with --command-label, a pid not visible here as program "?"."""
+    import contextlib
+
+    from devctl.collect.exporter import Exporter
+    from devctl.discovery import nvml
+    from devctl.model.hardware import GpuProcess, NvidiaGpu, NvmlHealth, NvmlReport
+
+    d = tmp_path / "proc" / "5000"
+    d.mkdir(parents=True)
+    (d / "cgroup").write_text(f"0::/kubepods/burstable/pod{POD_UID}/{CONTAINER_ID}\n")
+    (d / "environ").write_bytes(b"KUBERNETES_SERVICE_HOST=10.0.0.1\0POD_NAME=trainer-0\0")
+    gpu = NvidiaGpu(0, "NVIDIA H200", "GPU-1", "0000:18:00.0", 1 << 37, 1 << 30, (1 << 37) - (1 << 30), (9, 0),
+                    None, None, None, None, None, None, None, None)  # fmt: skip
+    running = (
+        GpuProcess(0, "GPU-1", 5000, 1 << 30, "compute", "me", "/usr/bin/python3 -u train.py --token=secret", True),
+        GpuProcess(0, "GPU-1", 6000, 1 << 20, "compute", None, None, False),
+    )
+    monkeypatch.setattr(nvml, "nvml_session", contextlib.nullcontext)
+    monkeypatch.setattr(nvml, "nvml_report", lambda processes=False: NvmlReport("ok", None, "570.1", 12080, "12.8", (gpu,), processes=running if processes else ()))
+    monkeypatch.setattr(nvml, "nvml_health", lambda root: NvmlHealth("unavailable", "test", ()))
+    monkeypatch.setattr(nvml, "utilization", lambda: {})
+
+    def series(**flags) -> list[dict]:
+        samples = Exporter(host_root=str(tmp_path), **flags)._nvml()
+        return [s.labels for s in samples if s.name == "devctl_gpu_process_memory_used_bytes"]
+
+    assert series() == []  # per process only with --per-process
+    first, hidden = series(per_process=True)
+    assert first == {"gpu": "0", "uuid": "GPU-1", "pci_bus_id": "0000:18:00.0", "name": "NVIDIA H200", "device": "", "program": "train.py",
+                     "pod": "trainer-0", "namespace": "", "container": "", "pod_uid": POD_UID, "container_id": CONTAINER_ID, "pid": "5000"}  # fmt: skip
+    assert hidden["program"] == "?" and hidden["pid"] == "6000" and "pod" not in hidden
+    first, _ = series(per_process=True, command_label=True)
+    assert first["command"] == "/usr/bin/python3 -u train.py --token=secret"
