@@ -61,7 +61,7 @@ _DRIVER = textwrap.dedent(
             pid = str(out["job"]["pid"])
             out["memstats"] = devctl("memstats", "--json")
             out["top"] = devctl("memstats", "--pid", pid, "--top", "3", "--json")
-            out["exporter"] = devctl("exporter", "--once")
+            out["exporter"] = devctl("exporter", "--once", "--per-process")  # a pid label: only this job's series
         # communicate: the job's stderr must never fill its pipe while it is waited for.
         _, err = job.communicate("\\n" if out["job"] else None, timeout=120)
         out["job_stderr"] = err[-5000:]

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.options import check_output_path, check_timeout, shown
+from devctl.cli.options import HostRootOpt, check_host_root, check_output_path, check_timeout, shown
 from devctl.errors import UsageError
 from devctl.model.exporter import DEFAULT_LISTEN, DEFAULT_SCRAPE_TIMEOUT_S
 
@@ -22,7 +22,7 @@ ListenOpt = Annotated[
         "--listen",
         metavar="HOST:PORT",
         help=f"Serve /metrics here (default {DEFAULT_LISTEN}: this host only). 0.0.0.0:PORT or [::]:PORT serves every "
-        "interface: the metrics name your jobs' commands and pids. A name serves each of its addresses; port 0 a free "
+        "interface: the metrics name your jobs' programs (and pods, pids and commands where asked). A name serves each of its addresses; port 0 a free "
         "port, said on stderr.",
     ),
 ]
@@ -38,7 +38,20 @@ TextfileOpt = Annotated[
 ]
 IntervalOpt = Annotated[Optional[float], typer.Option("--interval", metavar="SECONDS", help="With --textfile: seconds between writes (default 15, at least 1).")]
 PerProcessOpt = Annotated[
-    bool, typer.Option("--per-process", help="Also export NVML's per-process GPU memory (pids of the host's pid namespace, and commands).")
+    bool,
+    typer.Option(
+        "--per-process",
+        help="A series per process (a pid label), not per program and device, and NVML's per-process GPU memory "
+        "(host pids). Off by default: every restart starts new series.",
+    ),
+]
+CommandLabelOpt = Annotated[
+    bool,
+    typer.Option(
+        "--command-label",
+        help="Add each process's full command line (at most 200 characters) as a command label. Off by default: a "
+        "command line can carry secrets, and each new one starts new series.",
+    ),
 ]
 OnceOpt = Annotated[bool, typer.Option("--once", help="Print one collection on stdout and exit.")]
 TimeoutOpt = Annotated[
@@ -59,6 +72,8 @@ def exporter(
     per_process: PerProcessOpt = False,
     once: OnceOpt = False,
     timeout: TimeoutOpt = None,
+    command_label: CommandLabelOpt = False,
+    host_root: HostRootOpt = "/",
 ) -> None:
     """Prometheus metrics: every publishing job's allocator, the driver's view (NVML), TPU chips, the host."""
     if textfile is not None and listen is not None:
@@ -72,13 +87,14 @@ def exporter(
     if textfile is not None:
         check_output_path("--textfile", textfile)
     timeout_s = check_timeout(timeout) if timeout is not None else DEFAULT_SCRAPE_TIMEOUT_S
+    root = check_host_root(host_root)
 
     from prometheus_client import CollectorRegistry, generate_latest
 
     from devctl.collect import exporter_server
     from devctl.collect.exporter import Exporter
 
-    source = Exporter(per_process=per_process, probe_timeout_s=max(timeout_s, 30.0))
+    source = Exporter(host_root=root, per_process=per_process, command_label=command_label, probe_timeout_s=max(timeout_s, 30.0))
     sockets = [] if once or textfile is not None else _bind(address)  # a port in use is said before probing
     try:
         source.start()

@@ -9,16 +9,19 @@ only its own metrics. A source still running from an earlier scrape is not start
 
 from __future__ import annotations
 
+import re
 import threading
 import time
-from typing import AbstractSet, Any, Callable
+from typing import AbstractSet, Any, Callable, Sequence
 
+from devctl.discovery.kubernetes import PublisherPids
 from devctl.hostroot import HostRoot
-from devctl.model.exporter import Collection, Sample, SourceResult
+from devctl.model.exporter import JOB_MAX, Collection, Sample, SourceResult
 from devctl.model.memstats import job_headroom_bytes, usable_memory
 
-# A job's command in a label: one line, bounded (labels are kept by Prometheus for every series).
-JOB_LABEL_CHARS = 120
+# A job's command line in a label (--command-label only): one line, bounded (Prometheus keeps labels per series).
+COMMAND_LABEL_CHARS = 200
+PROGRAM_LABEL_CHARS = 120
 # Scrapes within this many seconds of a collection's start share it (Exporter.shared).
 SHARE_S = 1.0
 # The allocator's own names for what the job metrics export (PJRT's memory_stats keys).
@@ -32,16 +35,19 @@ _JOB_STATS = {
 
 
 class Exporter:
-    def __init__(self, *, host_root: str = "/", publisher_dir: str | None = None, per_process: bool = False, probe_timeout_s: float = 30.0):
+    def __init__(self, *, host_root: str = "/", publisher_dir: str | None = None, per_process: bool = False, command_label: bool = False,
+                 probe_timeout_s: float = 30.0):  # fmt: skip
         self.root = HostRoot(host_root)
         self.publisher_dir = publisher_dir
-        self.per_process = per_process
+        self.per_process = per_process  # pid-labelled series; else job series summed by program and device
+        self.command_label = command_label  # the full command line as a label
         self.probe_timeout_s = probe_timeout_s
         self.probed: list[Any] = []  # the probe's MemDevices (source "jax"): what a new process gets
         self.machine: Any = None  # collect.memstats.MachineKeys: a job's device as this machine's device key
         self.probe_error: str | None = None
         self.versions: dict[str, str] = {}
         self._running: dict[str, _Call] = {}
+        self._pids = PublisherPids(self.root)
         self._lock = threading.Lock()
         self._last: tuple[float, Collection] | None = None  # (when it started, the collection)
 
@@ -110,7 +116,9 @@ class Exporter:
         out.sources["probe"] = SourceResult(self.probe_error is None, 0.0, self.probe_error)
         out.samples.append(Sample("devctl", self.versions, 1.0))
         out.sources["versions"] = SourceResult(True, 0.0)
-        out.samples.extend(_headroom(out.samples, gpus={d.key for d in self.probed if d.driver is not None}))
+        out.samples.extend(_headroom(out.samples, gpus={d.key for d in self.probed if d.driver is not None}, per_process=self.per_process))
+        if not self.per_process:
+            out.samples[:] = _by_program(out.samples)
         return out
 
     # ---- the sources ----------------------------------------------------------------------------
@@ -120,9 +128,13 @@ class Exporter:
         from devctl.text import printable
 
         report = read_publishers(self.publisher_dir)
+        self._pids.new_collection()
         samples = []
         for p in report.publishers:
-            job = {"pid": str(p.pid), "job": printable(" ".join(p.command), JOB_LABEL_CHARS) or "?", "host": printable(p.hostname, 120)}
+            # Per process here, always: the headroom is a process's; collect() sums them by program after it.
+            here = self._pids.find(p.pid, p.command)
+            job = {**self._who(here, p.command, hostname=p.hostname), "pid": str(p.pid)}
+            samples.append(Sample("devctl_job_processes", job, 1.0))
             if p.age_s is not None:
                 samples.append(Sample("devctl_job_snapshot_age_seconds", job, max(p.age_s, 0.0)))
             for d in p.devices:
@@ -135,6 +147,18 @@ class Exporter:
                 samples.append(Sample("devctl_job_live_array_bytes", labels, float(d.live_bytes)))
                 samples.append(Sample("devctl_job_live_arrays", labels, float(d.live_arrays)))
         return samples
+
+    def _who(self, pid: int | None, argv: Sequence[str], *, hostname: str | None = None) -> dict[str, str]:
+        """A process's labels but its pid: its program, its command line with --command-label, and its pod where
+        it runs under Kubernetes (`pid`: the process in this root's /proc, None where it is not there)."""
+        from devctl.discovery.kubernetes import NO_POD, process_pod
+        from devctl.text import printable
+
+        pod = process_pod(self.root, pid, hostname=hostname) if pid is not None else NO_POD
+        labels = {"program": program_name(argv), **pod.labels(container_id=self.per_process)}
+        if self.command_label:
+            labels["command"] = printable(" ".join(argv), COMMAND_LABEL_CHARS) or "?"
+        return labels
 
     def _probe_samples(self) -> list[Sample]:
         return [
@@ -198,7 +222,8 @@ class Exporter:
             if self.per_process:
                 for proc in report.processes:
                     if proc.gpu_index == g.index and proc.used_memory_bytes is not None:
-                        add("devctl_gpu_process_memory_used_bytes", proc.used_memory_bytes, pid=str(proc.pid), command=_command(proc.command))
+                        who = self._who(proc.pid, (proc.command or "").split()) if proc.pid_visible else {"program": "?"}
+                        add("devctl_gpu_process_memory_used_bytes", proc.used_memory_bytes, **who, pid=str(proc.pid))
         return samples
 
     def _tpu(self) -> list[Sample]:
@@ -209,7 +234,7 @@ class Exporter:
             if chip.hbm_bytes is not None:
                 samples.append(Sample("devctl_tpu_chip_hbm_bytes", {"chip": str(chip.index), "version": chip.version, "pci_address": chip.pci_address}, float(chip.hbm_bytes)))
             for holder in chip.holders:
-                labels = {"chip": str(chip.index), "version": chip.version, "pid": str(holder.pid), "command": _command(holder.command)}
+                labels = {"chip": str(chip.index), "version": chip.version, **self._who(holder.pid, (holder.command or "").split()), "pid": str(holder.pid)}
                 samples.append(Sample("devctl_tpu_chip_holder", labels, 1.0))
         return samples
 
@@ -267,34 +292,100 @@ def _adder(samples: list[Sample], labels: dict[str, str]) -> Callable[..., None]
     return add
 
 
-def _command(command: str | None) -> str:
-    from devctl.text import printable
-
-    return printable(command or "?", JOB_LABEL_CHARS)
-
-
-def _headroom(samples: list[Sample], gpus: AbstractSet[str] = frozenset()) -> list[Sample]:
+def _headroom(samples: list[Sample], gpus: AbstractSet[str] = frozenset(), *, per_process: bool = False) -> list[Sample]:
     """The least memory a new JAX process (a device's usable memory) or a running job (its limit less its peak,
     bounded by the driver's free memory) can still get, and where: `devctl memstats`' headroom. A job on a GPU
-    (`gpus`) whose driver did not answer this scrape has no figure, as the device has none."""
+    (`gpus`) whose driver did not answer this scrape has no figure, as the device has none. Each process is
+    its own (samples per process); `where` names it by program, by pid only with --per-process (a pid in a
+    label value would start a new series at every restart)."""
     free = {s.labels["device"]: int(s.value) for s in samples if s.name == "devctl_gpu_memory_free_bytes" and s.labels.get("device")}
     jobs: dict[tuple[str, str], dict[str, int | None]] = {}
+    names: dict[tuple[str, str], str] = {}
     room: dict[str, float] = {}
     for s in samples:
         if s.name == "devctl_device_memory_usable_bytes":
             room[s.labels["device"]] = s.value
         elif (key := _JOB_STATS.get(s.name)) is not None:
-            jobs.setdefault((s.labels["pid"], s.labels["device"]), {})[key] = int(s.value)
+            process = (s.labels.get("pid", ""), s.labels["device"])
+            jobs.setdefault(process, {})[key] = int(s.value)
+            names[process] = f"pid {process[0]}" if per_process else s.labels.get("program") or "?"
     for (pid, device), stats in jobs.items():
         if device in gpus and device not in free:
             continue
         held = job_headroom_bytes(stats, free.get(device))
         if held is not None:
-            room[f"{device} (pid {pid})"] = float(held)
+            where = f"{device} ({names[(pid, device)]})"
+            room[where] = min(room.get(where, float(held)), float(held))
     if not room:
         return []
     where, least = min(room.items(), key=lambda kv: (kv[1], kv[0]))
     return [Sample("devctl_headroom_bytes", {"where": where}, least)]
+
+
+def _by_program(samples: list[Sample]) -> list[Sample]:
+    """Process series (those with a pid) as one series per program and the rest of their labels, as
+    dcgm-exporter exports per GPU and pod rather than per process: summed (bytes, arrays, processes), or the
+    largest for JOB_MAX. Other series pass through, in order."""
+    out: list[Sample] = []
+    merged: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+    for s in samples:
+        if "pid" not in s.labels:
+            out.append(s)
+            continue
+        labels = {k: v for k, v in s.labels.items() if k not in ("pid", "container_id")}
+        key = (s.name, tuple(sorted(labels.items())))
+        at = merged.get(key)
+        if at is None:
+            merged[key] = len(out)
+            out.append(Sample(s.name, labels, s.value))
+        else:
+            value = max(out[at].value, s.value) if s.name in JOB_MAX else out[at].value + s.value
+            out[at] = Sample(s.name, labels, value)
+    return out
+
+
+_PYTHON = re.compile(r"^(?:python|pypy)[0-9.]*[dmt]?$")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+def program_name(argv: Sequence[str]) -> str:
+    """A process's program for a label: the script's base name (`train.py`), `python -m module`, `python -c`,
+    or the executable's base name; never an argument, which may be a secret and changes from run to run."""
+    import posixpath
+
+    from devctl.text import printable
+
+    exe = posixpath.basename(argv[0]) if argv else ""
+    if not exe:
+        return "?"
+    if not _PYTHON.match(exe):
+        return printable(exe, PROGRAM_LABEL_CHARS)
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        if arg.startswith("--"):  # --check-hash-based-pycs is the long option that takes a value
+            i += 2 if arg == "--check-hash-based-pycs" else 1
+            continue
+        if not arg.startswith("-") or arg == "-":
+            break
+        for j, flag in enumerate(arg[1:], start=1):  # -uBm mod: flags joined, the last may take a value
+            value = arg[j + 1 :] or (argv[i + 1] if i + 1 < len(argv) else "")
+            if flag == "c":
+                return printable(f"{exe} -c", PROGRAM_LABEL_CHARS)
+            if flag == "m":
+                return printable(f"{exe} -m {value if _MODULE.match(value) else '?'}", PROGRAM_LABEL_CHARS)
+            if flag in "WX":
+                i += 0 if arg[j + 1 :] else 1
+                break
+        i += 1
+    if i >= len(argv):
+        return printable(exe, PROGRAM_LABEL_CHARS)
+    if argv[i] == "-":
+        return printable(f"{exe} -", PROGRAM_LABEL_CHARS)
+    return printable(posixpath.basename(argv[i].rstrip("/")) or exe, PROGRAM_LABEL_CHARS)
 
 
 def _versions() -> dict[str, str]:

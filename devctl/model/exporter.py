@@ -18,8 +18,18 @@ DEFAULT_SCRAPE_TIMEOUT_S = 5.0
 
 Kind = Literal["gauge", "counter", "info"]
 
-JOB = ("pid", "job", "host", "process_index", "device", "platform", "device_kind")
+# Who a series is about. Never `job` or `instance`: Prometheus sets those on every scraped series (a `job` of ours
+# became `exported_job`, or replaced the scrape job under honor_labels), and `instance` already says the host.
+# `program` is the executable's or script's base name or `python -m module`, never the command line (which can
+# carry secrets and changes with every argument); `command` (the full line) only with --command-label, and `pid`
+# and `container_id` (new at every restart) only with --per-process. pod, namespace, container and pod_uid are
+# set only under Kubernetes (devctl.discovery.kubernetes says what is known). An empty label is not written: to
+# Prometheus an empty label and no label are the same.
+PROCESS = ("program", "command", "pid", "pod", "namespace", "container", "pod_uid", "container_id")
+JOB = (*PROCESS, "process_index", "device", "platform", "device_kind")
 GPU = ("gpu", "uuid", "pci_bus_id", "name", "device")
+# Job series are summed over a program's processes on each device unless --per-process; these take the largest.
+JOB_MAX = ("devctl_job_memory_largest_free_block_bytes", "devctl_job_snapshot_age_seconds")
 
 
 @dataclass(frozen=True)
@@ -40,7 +50,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("devctl_job_memory_largest_free_block_bytes", "gauge", "Largest free block of the job's JAX allocator (memory_stats largest_free_block_bytes).", JOB, "publishers"),
     MetricSpec("devctl_job_live_array_bytes", "gauge", "Bytes of the job's live jax.Array shards on a device (replicas counted on each device).", JOB, "publishers"),
     MetricSpec("devctl_job_live_arrays", "gauge", "Live jax.Arrays of the job with a shard on a device.", JOB, "publishers"),
-    MetricSpec("devctl_job_snapshot_age_seconds", "gauge", "Age of the job's last published snapshot.", ("pid", "job", "host"), "publishers"),
+    MetricSpec("devctl_job_snapshot_age_seconds", "gauge", "Age of the job's last published snapshot (the oldest of a program's processes).", PROCESS, "publishers"),
+    MetricSpec("devctl_job_processes", "gauge", "Publishing processes of a program (1 per series with --per-process).", PROCESS, "publishers"),
     # What a new JAX process would get on each device now (a probe child at start, as `devctl memstats` runs).
     MetricSpec("devctl_device_memory_limit_bytes", "gauge", "bytes_limit a new JAX process gets on a device (probed once at start).", ("device", "platform", "device_kind"), "probe"),
     MetricSpec("devctl_device_memory_usable_bytes", "gauge", "What a new JAX process can allocate on a device now: the smaller of its bytes_limit and the driver's free memory.", ("device", "platform", "device_kind"), "probe"),
@@ -58,10 +69,10 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("devctl_gpu_ecc_uncorrected_errors_total", "counter", "Uncorrected ECC errors since the driver loaded (volatile) and in the GPU's life (aggregate).", (*GPU, "scope"), "nvml"),
     MetricSpec("devctl_gpu_remapped_rows_uncorrectable", "gauge", "Rows remapped for uncorrectable errors (Ampere and newer).", GPU, "nvml"),
     MetricSpec("devctl_gpu_throttle_active", "gauge", "1 for each thermal or power slowdown active now, by NVML's name.", (*GPU, "reason"), "nvml"),
-    MetricSpec("devctl_gpu_process_memory_used_bytes", "gauge", "GPU memory of one process, as NVML attributes it (--per-process only: host pids).", (*GPU, "pid", "command"), "nvml"),
+    MetricSpec("devctl_gpu_process_memory_used_bytes", "gauge", "GPU memory of one process, as NVML attributes it (--per-process only: host pids).", (*GPU, *PROCESS), "nvml"),
     # TPU chips, from PCI and /dev.
     MetricSpec("devctl_tpu_chip_hbm_bytes", "gauge", "HBM of a TPU chip, from its version's table.", ("chip", "version", "pci_address"), "tpu"),
-    MetricSpec("devctl_tpu_chip_holder", "gauge", "1 for each process that holds a TPU chip's device path.", ("chip", "version", "pid", "command"), "tpu"),
+    MetricSpec("devctl_tpu_chip_holder", "gauge", "Processes of a program that hold a TPU chip's device path (1 per series with --per-process).", ("chip", "version", *PROCESS), "tpu"),
     # The host.
     MetricSpec("devctl_headroom_bytes", "gauge", "The least memory a new JAX process (a device's usable memory) or a running job (its limit less its peak, bounded by the driver's free memory) can still get, and where.", ("where",), "publishers"),
     MetricSpec("devctl_host_memory_total_bytes", "gauge", "Host RAM (/proc/meminfo MemTotal).", (), "host"),

@@ -1,5 +1,7 @@
 """A collection (devctl.model.exporter) as prometheus_client metric families: the exposition formats, the
-content negotiation between them and the escaping of label values are prometheus_client's, not hand-written."""
+content negotiation between them and the escaping of label values are prometheus_client's, not hand-written.
+A label whose value is empty is left out of its series (Prometheus reads an empty label as no label): the
+Kubernetes labels off Kubernetes, a GPU's `device` where no JAX device matched it."""
 
 from __future__ import annotations
 
@@ -35,6 +37,6 @@ def families(collection: Collection) -> Iterator[Any]:
         else:
             family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
         for s in samples:
-            family.add_metric([s.labels.get(k, "") for k in spec.labels], s.value)
+            family.add_sample(spec.name if spec.kind == "counter" else family.name, {k: v for k in spec.labels if (v := s.labels.get(k, ""))}, s.value)
         yield family
 
