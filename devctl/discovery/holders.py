@@ -588,18 +588,10 @@ def _opt_size(doc: dict[str, Any], name: str) -> int | None:
 def _device_memory(d: Any, where: str) -> Any:
     from devctl.discovery import snapshot_format as f
     from devctl.model.holders import DeviceMemory
-    from devctl.text import printable
 
     if not isinstance(d, dict):
         raise ValueError(f"{where} is {f.show(d)}, not an object")
-    stats = d.get("memory_stats")
-    if stats is not None:
-        if not isinstance(stats, dict):
-            raise ValueError(f"{where}.memory_stats is {f.show(stats)}, not an object or null")
-        if len(stats) > f.MAX_STATS:
-            raise ValueError(f"{where}.memory_stats has {len(stats)} keys, more than {f.MAX_STATS}")
-        stats = {printable(k, 64): f.stat_value(v, f"{where}.memory_stats.{printable(k, 64)}") for k, v in stats.items()}
-    return DeviceMemory(device=f.bounded_text(d.get("device"), f"{where}.device", _NAME_CHARS), memory_stats=stats)
+    return DeviceMemory(device=f.bounded_text(d.get("device"), f"{where}.device", _NAME_CHARS), memory_stats=f.memory_stats(d, where))
 
 
 def _held_array(a: Any, where: str) -> Any:

@@ -183,16 +183,22 @@ def parse_snapshot(doc: dict[str, Any], *, path: str | None = None, now: float |
     )
 
 
+def memory_stats(d: dict[str, Any], where: str) -> dict[str, int | None] | None:
+    """A device's `memory_stats` as a job wrote it (a snapshot's, a post-mortem's): keys printable, values checked."""
+    stats = d.get("memory_stats")
+    if stats is None:
+        return None
+    if not isinstance(stats, dict):
+        raise ValueError(f"{where}.memory_stats is {show(stats)}, not an object or null")
+    if len(stats) > MAX_STATS:
+        raise ValueError(f"{where}.memory_stats has {len(stats)} keys, more than {MAX_STATS}")
+    return {printable(k, 64): stat_value(v, f"{where}.memory_stats.{printable(k, 64)}") for k, v in stats.items()}
+
+
 def _device(d: Any, where: str) -> PublishedDevice:
     if not isinstance(d, dict):
         raise ValueError(f"{where} is {show(d)}, not an object")
-    stats = d.get("memory_stats")
-    if stats is not None:
-        if not isinstance(stats, dict):
-            raise ValueError(f"{where}.memory_stats is {show(stats)}, not an object or null")
-        if len(stats) > MAX_STATS:
-            raise ValueError(f"{where}.memory_stats has {len(stats)} keys, more than {MAX_STATS}")
-        stats = {printable(k, 64): stat_value(v, f"{where}.memory_stats.{printable(k, 64)}") for k, v in stats.items()}
+    stats = memory_stats(d, where)
     platform = d.get("platform", "")
     if not isinstance(platform, str) or not _PLATFORM.match(platform):
         raise ValueError(f"{where}.platform is {show(platform)}, not a platform name")
