@@ -437,14 +437,15 @@ def _what_others_may(mode: int) -> str:
 
 
 def file_kind(mode: int) -> str:
-    """What a non-regular file is, in words: "a FIFO", "a character device", ..."""
+    """What a file is, in words: "a FIFO", "a character device", "a regular file" (where a directory was wanted)..."""
     for test, name in (
         (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISREG, "a regular file"),
     ):  # fmt: skip
         if test(mode):
             return name
-    return "not a regular file"
+    return "of an unknown kind"
 
 
 def _umask() -> int:

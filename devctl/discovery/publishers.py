@@ -108,11 +108,6 @@ def resolve_directory(directory: str | None = None) -> str:
 def directory_problem(path: str) -> str | None:
     """Why `path` is not a safe snapshot directory, or None when it is (or does not exist).
     A symbolic link is refused whatever it points at (lstat): another user may have planted it."""
-    try:
-        if stat.S_ISREG(os.lstat(path).st_mode):
-            return "not a directory (a regular file)"  # safefs.file_kind names only what is not a regular file
-    except OSError:
-        pass  # private_directory_problem says why
     return private_directory_problem(path)
 
 
