@@ -8,6 +8,7 @@ nvmlGpmMetricsGet is pynvml's own ctypes one. The reads on a real GPU are the `g
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import subprocess
 import sys
@@ -236,3 +237,24 @@ def test_gpm_sees_the_tensor_cores_of_a_real_matmul_loop(tmp_path):
     finally:
         job.kill()
         job.wait()
+
+
+def test_the_sampler_gives_each_nvidia_device_its_busy_and_the_csv_log_carries_it(monkeypatch):
+    """memstats' collector matches busy-ness to devices by NVML index; devices NVML does not see get none."""
+    from golden_reports import memstats_gpu8
+
+    from devctl.collect.memstats import MemstatsSampler
+    from devctl.render.memstats import csv_rows
+
+    FakeGpm(monkeypatch)
+    sampler = MemstatsSampler(device_filter=None, timeout_s=10)
+    sampler.busy = BusyReader(window_s=0.01)
+    snap = memstats_gpu8()
+    problems: list[str] = []
+    devices = sampler._with_busy([d if i < 2 else dataclasses.replace(d, driver=None, busy=None) for i, d in enumerate(snap.devices)], problems)
+    assert problems == []
+    assert [d.busy.source if d.busy else None for d in devices[:3]] == ["gpm", "nvml-utilization", None]
+    header, rows = csv_rows(dataclasses.replace(snap, devices=devices))
+    first = dict(zip(header, rows[0]))
+    assert (first["busy_source"], first["tensor_active_ratio"], first["kernel_active_ratio"]) == ("gpm", pytest.approx(0.6305), 0.78)
+    assert dict(zip(header, rows[2]))["busy_source"] is None

@@ -265,7 +265,8 @@ def csv_rows(snapshot) -> tuple[list[str], list[list]]:
     header = [
         "timestamp", "hostname", "device", "source", "platform", "id", "kind", "in_use_bytes", "in_use_source",
         "peak_bytes_in_use", "bytes_limit", "driver_free_bytes", "usable_bytes", "usable_bound", "driver_used_bytes",
-        "driver_total_bytes", "hbm_bytes", "status",
+        "driver_total_bytes", "hbm_bytes", "status", "busy_source", "busy_window_s", "sm_active_ratio", "tensor_active_ratio",
+        "dram_active_ratio", "kernel_active_ratio",
     ]  # fmt: skip
     rows = []
     for d in snapshot.devices:
@@ -273,9 +274,16 @@ def csv_rows(snapshot) -> tuple[list[str], list[list]]:
         rows.append([
             round(snapshot.timestamp, 3), snapshot.hostname, d.key, d.source, d.platform, d.id, d.device_kind, d.in_use_bytes,
             d.in_use_source, d.peak_bytes_in_use, d.bytes_limit, driver.get("free_bytes"), d.usable_bytes, d.usable_bound,
-            driver.get("used_bytes"), driver.get("total_bytes"), d.hbm_bytes, d.status,
+            driver.get("used_bytes"), driver.get("total_bytes"), d.hbm_bytes, d.status, *_busy_csv(d.busy),
         ])  # fmt: skip
     return header, rows
+
+
+def _busy_csv(b) -> list:
+    if b is None:
+        return [None] * 6
+    c = b.counters
+    return [b.source, b.window_s, c.sm_active_ratio, c.tensor_active_ratio, c.dram_active_ratio, b.kernel_active_ratio]
 
 
 def usage_bar(used: int | None, capacity: int | None, peak: int | None, width: int = 10) -> str:
