@@ -258,3 +258,18 @@ def test_the_sampler_gives_each_nvidia_device_its_busy_and_the_csv_log_carries_i
     first = dict(zip(header, rows[0]))
     assert (first["busy_source"], first["tensor_active_ratio"], first["kernel_active_ratio"]) == ("gpm", pytest.approx(0.6305), 0.78)
     assert dict(zip(header, rows[2]))["busy_source"] is None
+
+
+def test_gpm_that_gives_nothing_falls_back_to_nvml_utilization_and_says_why(monkeypatch):
+    import pynvml
+
+    fake = FakeGpm(monkeypatch)
+
+    def refuse(handle, sample):
+        raise pynvml.NVMLError_NoPermission()
+
+    monkeypatch.setattr(pynvml, "nvmlGpmSampleGet", refuse)
+    busy, _ = BusyReader(window_s=0.01).read()
+    assert busy[0].source == "nvml-utilization" and busy[0].label == "NVML utilization: a kernel was running"
+    assert busy[0].kernel_active_ratio == 0.78 and "no permission" in busy[0].unavailable["counters"]
+    assert fake.alive == {}

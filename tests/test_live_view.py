@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 
 import pytest
@@ -119,6 +120,7 @@ def test_watch_keeps_one_layout_for_its_first_12_frames(columns, rows, tmp_path)
     job = subprocess.Popen([sys.executable, str(script), "6"], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert job.stdout.readline().strip() == "ready"
+        threading.Thread(target=job.wait, daemon=True).start()  # reaped when it exits, as a shell would
         shown = _run_in_pty(
             [sys.executable, "-m", "devctl", "memstats", "--watch", "--interval", "0.5", "--leak-samples", "0"],
             env, columns, rows, until="sample 13 at", timeout_s=120,
@@ -141,3 +143,21 @@ def test_watch_keeps_one_layout_for_its_first_12_frames(columns, rows, tmp_path)
         assert 1 <= len(footer) <= 2, "\n".join(drawn)
     # The job exited mid-watch: its rows stay, said as exited, and the history of its device is not a wall of blocks.
     assert "exited" in frames[-1], frames[-1]
+
+
+def test_a_job_caught_between_its_snapshot_and_its_exit_is_said_to_exit_and_its_rows_say_so(monkeypatch):
+    """A job removes its snapshot at exit a moment before it is gone: first 'stopped publishing', then 'exited'."""
+    from types import SimpleNamespace
+
+    from devctl.collect.memstats import MemstatsSampler
+    from devctl.discovery import procs
+
+    alive = {4821: True}
+    monkeypatch.setattr(procs, "pid_alive", lambda root, pid: alive.get(pid, False))
+    sampler = MemstatsSampler(device_filter=None, timeout_s=10)
+    assert sampler._jobs_gone([SimpleNamespace(pid=4821, command=["python", "train.py"])]) == []
+    assert sampler._jobs_gone([]) == ["job 4821 (python train.py) stopped publishing (its last snapshot is stale)"]
+    assert sampler._jobs_gone([]) == []
+    alive[4821] = False
+    assert sampler._jobs_gone([]) == ["job 4821 (python train.py) exited"]
+    assert sampler._jobs_gone([]) == []

@@ -49,6 +49,7 @@ class MemstatsSampler:
         self.tpu: TpuReport | None = None
         # The publishing jobs of the last sample (pid -> command): one that is gone from the next is said once.
         self.jobs: dict[int, str] = {}
+        self.stopped: dict[int, str] = {}  # jobs said to have stopped publishing while alive: their exit is said too
         self.leak_watch: LeakWatch | None = None  # --watch: jobs whose arrays only grow
         self.busy: BusyReader | None = None  # each GPU's busy-ness; --watch keeps it (and its GPM samples) across samples
 
@@ -153,15 +154,25 @@ class MemstatsSampler:
 
     def _jobs_gone(self, publishers) -> list[str]:
         """A job that published in the last sample and not in this one: exited (its snapshot was removed), or
-        alive with a snapshot too old to show. Said once, in the sample where it goes."""
+        alive with a snapshot too old to show. Said once, in the sample where it goes; a job said to have stopped
+        while alive is said to have exited too, in the sample that finds it gone."""
         from devctl.discovery.procs import pid_alive
 
         now = {p.pid: " ".join(p.command) or "?" for p in publishers}
         gone = []
         for pid, command in self.jobs.items():
             if pid not in now:
-                what = "stopped publishing (its last snapshot is stale)" if pid_alive(HostRoot("/"), pid) else "exited"
+                alive = pid_alive(HostRoot("/"), pid)
+                what = "stopped publishing (its last snapshot is stale)" if alive else "exited"
                 gone.append(f"job {pid} ({command}) {what}")
+                if alive:  # often a job caught between removing its snapshot and its exit: its exit is said when seen
+                    self.stopped[pid] = command
+        for pid, command in list(self.stopped.items()):
+            if pid in now:
+                del self.stopped[pid]
+            elif pid not in self.jobs and not pid_alive(HostRoot("/"), pid):
+                gone.append(f"job {pid} ({command}) exited")
+                del self.stopped[pid]
         self.jobs = now
         return gone
 

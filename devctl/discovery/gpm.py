@@ -111,6 +111,9 @@ def _read(pynvml: Any, reader: BusyReader) -> dict[int, GpuBusy]:
             mig_counters, _, reason, missing = figures[t.key]
             mig.append(MigBusy(t.gpu_instance_id, t.uuid, mig_counters, {"counters": reason} if reason else missing))
         source: BusySource = "gpm" if g["gpm"] else "nvml-utilization"
+        if g["gpm"] and all(v is None for v in vars(counters).values()) and not any(m.unavailable.get("counters") is None for m in mig):
+            # GPM said it could, then gave nothing (no permission, a driver fault): NVML's utilization is all there is.
+            source, window_s = "nvml-utilization", None
         out[index] = GpuBusy(
             index=index, source=source, label=SOURCE_LABELS[source], window_s=window_s, counters=counters,
             kernel_active_ratio=_ratio(rates.gpu) if rates is not None else None,

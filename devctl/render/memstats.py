@@ -146,8 +146,8 @@ def _padded(columns: list[Column], rows: list[list[str]]) -> list[list[str]]:
 
 
 def process_table(snapshot, exited: list | None = None) -> tuple[list[Column], list[list[str]]]:
-    """The processes' columns and rows; with `exited` (the live view), the rows of jobs that exited since, said
-    as exited, each cell as wide as its column's widest value can be."""
+    """The processes' columns and rows; with `exited` (the live view: [(a gone job's row, "exited", or "stopped": publishing)]),
+    those rows too, said so in the memory column, and each cell as wide as its column's widest value can be."""
     columns = [
         Column("pid", "right"), Column("source", priority=3), Column("user", priority=2), Column("device"),
         Column("memory", "right"), Column("arrays", "right", priority=4), Column("headroom", "right", priority=5),
@@ -164,8 +164,8 @@ def process_table(snapshot, exited: list | None = None) -> tuple[list[Column], l
         ))  # fmt: skip
     if exited is None:
         return columns, rows
-    for p in exited:
-        rows.append(_cells(str(p.pid), p.source, p.user or "-", p.device, "exited", "-", "-", p.command or "-"))
+    for p, word in exited:
+        rows.append(_cells(str(p.pid), p.source, p.user or "-", p.device, word, "-", "-", p.command or "-"))
     columns = [dataclasses.replace(c, hoist=False) for c in columns]  # rows come and go: nothing is said once for all
     return columns, _padded(columns, rows)
 
@@ -320,7 +320,8 @@ class WatchView:
         self.earlier_exits: list[str] = []  # jobs that exited before the latest sample, still shown
         self.busy: bool | None = None  # the busy column: decided by the first sample, kept
         self.jobs: dict[int, list] = {}  # the publishing jobs' rows of the last sample, by pid
-        self.exited: deque[tuple[int, list]] = deque(maxlen=_EXITS_KEPT)  # (pid, its last rows), said as exited
+        # (pid, [(its last rows, "exited" or "stopped")]): jobs gone since, whose rows stay, said so
+        self.exited: deque[tuple[int, list]] = deque(maxlen=_EXITS_KEPT)
         self.size: tuple[int, int] | None = None  # the terminal's when the layouts were made
         self.layouts: dict[str, dict] = {}  # per table: the first frame's layout (console.table_lines' keep)
 
@@ -339,10 +340,12 @@ class WatchView:
         for p in snapshot.processes:
             if p.source == "publisher":
                 jobs[p.pid].append(p)
-        gone = {int(m.group(1)) for e in snapshot.problems if _is_exit(e) and (m := _EXIT_PID.match(e))}
+        gone = {int(m.group(1)): "exited" if e.endswith(" exited") else "stopped" for e in snapshot.problems if _is_exit(e) and (m := _EXIT_PID.match(e))}
         for pid in self.jobs.keys() - jobs.keys():
             if pid in gone:
-                self.exited.append((pid, self.jobs[pid]))
+                self.exited.append((pid, [(p, gone[pid]) for p in self.jobs[pid]]))
+        # A job first seen to stop publishing, then to exit: its rows say so now.
+        self.exited = deque(((pid, [(p, gone.get(pid, word)) for p, word in rows]) for pid, rows in self.exited), maxlen=_EXITS_KEPT)
         self.exited = deque(((pid, rows) for pid, rows in self.exited if pid not in jobs), maxlen=_EXITS_KEPT)
         self.jobs = dict(jobs)
 
