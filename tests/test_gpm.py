@@ -152,6 +152,8 @@ def test_a_watch_keeps_one_sample_per_gpu_and_measures_each_interval(monkeypatch
     busy, _ = reader.read()
     assert fake.taken == 3 and len(fake.alive) == 1
     assert busy[0].window_s >= 0.1 and busy[0].counters.tensor_active_ratio == pytest.approx(0.6305)
+    busy, _ = reader.read()  # at once, as a watch at --interval 0.1 may: NVML refuses samples under 100 ms apart
+    assert busy[0].window_s >= 0.11 and busy[0].source == "gpm"
     reader.close()
     assert fake.alive == {}
 

@@ -18,6 +18,8 @@ from devctl.model.busy import SOURCE_LABELS, BusyCounters, BusySource, GpuBusy, 
 # The one-shot window: long enough that a training step's phases average out somewhat, short enough that
 # `devctl memstats` does not feel it (its JAX probe takes seconds). The watch uses its refresh interval instead.
 ONE_SHOT_WINDOW_S = 0.2
+# NVML refreshes GPM's counters every 100 ms and refuses samples taken closer together than that.
+_MIN_GAP_S = 0.11
 _MIB = 1 << 20
 
 # counter field -> (the NVML_GPM_METRIC_* name, scale from GPM's unit: percent -> ratio, MiB/s -> bytes/s)
@@ -175,7 +177,10 @@ def _sample(pynvml: Any, reader: BusyReader, targets: list[_Target]) -> dict[tup
         else:
             reader._held[t.key] = (sample, time.monotonic())
     if any(t.key in reader._held for t in fresh):
-        time.sleep(reader.window_s)  # once for every GPU, not once each
+        time.sleep(max(reader.window_s, _MIN_GAP_S))  # once for every GPU, not once each
+    youngest = max((reader._held[t.key][1] for t in targets if t.key in reader._held), default=None)
+    if youngest is not None and time.monotonic() - youngest < _MIN_GAP_S:
+        time.sleep(_MIN_GAP_S - (time.monotonic() - youngest))  # a watch at --interval 0.1
     for t in targets:
         if t.key in out:
             continue
