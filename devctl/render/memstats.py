@@ -146,8 +146,8 @@ def _padded(columns: list[Column], rows: list[list[str]]) -> list[list[str]]:
 
 
 def process_table(snapshot, exited: list | None = None) -> tuple[list[Column], list[list[str]]]:
-    """The processes' columns and rows; with `exited` (the live view: [(a gone job's row, "exited", or "stopped": publishing)]),
-    those rows too, said so in the memory column, and each cell as wide as its column's widest value can be."""
+    """The processes' columns and rows; with `exited` (the live view: (row, "exited" or "stopped") for each row of
+    a job gone since), those rows too, said so in the memory column, and every cell as wide as its column can be."""
     columns = [
         Column("pid", "right"), Column("source", priority=3), Column("user", priority=2), Column("device"),
         Column("memory", "right"), Column("arrays", "right", priority=4), Column("headroom", "right", priority=5),
