@@ -71,12 +71,21 @@ class FakeGpm:
             "nvmlGpmSampleGet": self._get,
             "nvmlGpmMigSampleGet": lambda h, gi, s: self._get(h, s, gi),
             "nvmlGpmMetricsGet": self._metrics,
+            "nvmlDeviceGetProcessUtilization": self._process_utilization,
         }
+        self.since: list[int] = []  # the timestamps devctl asked per-process samples since
         for name, fn in names.items():
             monkeypatch.setattr(pynvml, name, fn)
 
     def _count(self, what: str) -> None:
         self.calls[what] += 1
+
+    def _process_utilization(self, h, since_us):
+        self.since.append(since_us)
+        if h != "h0":
+            raise self.pynvml.NVMLError_NotFound()  # what NVML says of a GPU no process used in the window
+        sample = self.pynvml.c_nvmlProcessUtilizationSample_t
+        return [sample(4242, since_us + 1, 80, 20, 0, 0), sample(4242, since_us + 2, 76, 16, 0, 0), sample(77, since_us + 3, 2, 0, 0, 0)]
 
     def _mig_mode(self, h):
         if h == "h2":
@@ -134,6 +143,11 @@ def test_gpm_gives_the_h200_figures_and_an_old_gpu_says_nvml_utilization(monkeyp
     assert c.nvlink_tx_bytes_per_s is None and "not counted" in h200.unavailable["nvlink_tx_bytes_per_s"]
     assert h200.window_s is not None and h200.window_s >= 0.05  # two samples, the window apart
     assert (h200.kernel_active_ratio, h200.memory_active_ratio) == (0.78, 0.18)
+    # NVML's own per-process samples of the last second, averaged per pid; "Not Found" (idle) is no process, no fault.
+    assert [(p.pid, p.kernel_active_ratio, p.memory_active_ratio, p.samples) for p in h200.processes] == [
+        (77, 0.02, 0.0, 1), (4242, 0.78, 0.18, 2)]
+    assert h200.process_window_s == pytest.approx(1.0, abs=0.05)
+    assert busy[1].processes == [] and "processes" not in busy[1].unavailable
     # No GPM: NVML's utilization, labelled as what it is, and no GPM figure made up.
     assert a100.source == "nvml-utilization" and a100.label == "NVML utilization: a kernel was running"
     assert a100.kernel_active_ratio == 0.78 and a100.window_s is None
@@ -154,6 +168,8 @@ def test_a_watch_keeps_one_sample_per_gpu_and_measures_each_interval(monkeypatch
     assert busy[0].window_s >= 0.1 and busy[0].counters.tensor_active_ratio == pytest.approx(0.6305)
     busy, _ = reader.read()  # at once, as a watch at --interval 0.1 may: NVML refuses samples under 100 ms apart
     assert busy[0].window_s >= 0.11 and busy[0].source == "gpm"
+    # Per-process samples since the read before: each sample counted once.
+    assert fake.since[-2] > fake.since[-4] and busy[0].process_window_s < 1.0
     reader.close()
     assert fake.alive == {}
 

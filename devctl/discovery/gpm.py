@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from devctl.discovery.nvml import NvmlUnavailable, nvml_initialized, query
-from devctl.model.busy import SOURCE_LABELS, BusyCounters, BusySource, GpuBusy, MigBusy
+from devctl.model.busy import SOURCE_LABELS, BusyCounters, BusySource, GpuBusy, MigBusy, ProcessBusy
 
 # The one-shot window: long enough that a training step's phases average out somewhat, short enough that
 # `devctl memstats` does not feel it (its JAX probe takes seconds). The watch uses its refresh interval instead.
@@ -36,6 +36,8 @@ _METRICS: dict[str, tuple[str, float]] = {
     "nvlink_rx_bytes_per_s": ("NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", _MIB),
 }
 _NO_GPM = "this GPU has no GPM counters (Hopper and newer have them)"
+# NVML samples each process at its own period (1/6 s to 1 s, by product): a one-shot read looks this far back.
+_PROCESS_LOOKBACK_S = 1.0
 
 
 class _Target:
@@ -60,6 +62,7 @@ class BusyReader:
         self.window_s = window_s
         self.keep = keep
         self._held: dict[tuple[int, int | None], tuple[Any, float]] = {}  # target key -> (sample, monotonic time)
+        self._last_read: float | None = None  # wall time of the last read: per-process samples since then
 
     def read(self) -> tuple[dict[int, GpuBusy], str | None]:
         """Each GPU's busy-ness by NVML index, or ({}, the reason) where NVML cannot be used."""
@@ -99,6 +102,9 @@ def _read(pynvml: Any, reader: BusyReader) -> dict[int, GpuBusy]:
             targets.append(_Target(index, handle))
             targets += migs
     figures = _sample(pynvml, reader, targets)
+    now = time.time()
+    since = reader._last_read if reader.keep and reader._last_read is not None else now - _PROCESS_LOOKBACK_S
+    reader._last_read = now
     out: dict[int, GpuBusy] = {}
     for index, g in gpus.items():
         rates, unavailable = g["rates"], g["unavailable"]
@@ -120,9 +126,27 @@ def _read(pynvml: Any, reader: BusyReader) -> dict[int, GpuBusy]:
             index=index, source=source, label=SOURCE_LABELS[source], window_s=window_s, counters=counters,
             kernel_active_ratio=_ratio(rates.gpu) if rates is not None else None,
             memory_active_ratio=_ratio(rates.memory) if rates is not None else None,
-            mig=mig, unavailable=unavailable,
+            mig=mig, processes=_processes(index, since, unavailable), process_window_s=round(now - since, 3),
+            unavailable=unavailable,
         )  # fmt: skip
     return out
+
+
+def _processes(index: int, since: float, unavailable: dict[str, str]) -> list[ProcessBusy]:
+    """Each process's mean share of the GPU in NVML's own samples since `since` (Unix time); [] when none ran."""
+    handle, _ = query("nvmlDeviceGetHandleByIndex", index)
+    samples, reason = query("nvmlDeviceGetProcessUtilization", handle, int(since * 1e6)) if handle is not None else ([], None)
+    if samples is None:
+        if reason != "Not Found":  # NVML's answer when no process ran in the window
+            unavailable["processes"] = reason or "unknown"
+        return []
+    by_pid: dict[int, list[Any]] = {}
+    for s in samples:
+        by_pid.setdefault(int(s.pid), []).append(s)
+    return [
+        ProcessBusy(pid, _ratio(sum(s.smUtil for s in mine) / len(mine)), _ratio(sum(s.memUtil for s in mine) / len(mine)), len(mine))
+        for pid, mine in sorted(by_pid.items())
+    ]
 
 
 def _mig_instances(pynvml: Any, index: int, handle: Any, unavailable: dict[str, str]) -> list[_Target]:

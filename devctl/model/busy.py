@@ -51,6 +51,17 @@ class MigBusy:
 
 
 @dataclass(frozen=True)
+class ProcessBusy:
+    """One process's share of a GPU, from NVML's own per-process samples (nvmlDeviceGetProcessUtilization) in the
+    GPU's `process_window_s`: the same measure as NVML's utilization, per process."""
+
+    pid: int  # of the host's pid namespace, as NVML gives it
+    kernel_active_ratio: float | None = field(default=None, metadata=_RATIO)  # mean share of time a kernel of this process ran
+    memory_active_ratio: float | None = field(default=None, metadata=_RATIO)  # mean share of time its kernels read or wrote device memory
+    samples: int = field(default=0, metadata=json_schema(minimum=0))  # NVML's samples of it in the window
+
+
+@dataclass(frozen=True)
 class GpuBusy:
     """How busy one GPU was, and by which measure."""
 
@@ -64,4 +75,6 @@ class GpuBusy:
     kernel_active_ratio: float | None = field(default=None, metadata=_RATIO)
     memory_active_ratio: float | None = field(default=None, metadata=_RATIO)
     mig: list[MigBusy] = field(default_factory=list)  # each MIG GPU instance's counters, where MIG is on
+    processes: list[ProcessBusy] = field(default_factory=list)  # each process NVML sampled in process_window_s; [] when idle
+    process_window_s: float | None = None  # how far back the per-process samples were read
     unavailable: dict[str, str] = field(default_factory=dict)  # a field left None -> why
