@@ -13,7 +13,9 @@ claims another way, in a process of its own so no allocator is shared:
   really allocates (a search over array sizes);
 - a job publishing in the default directory (clean environment: no DEVCTL_*, no XDG_RUNTIME_DIR) seen by
   `memstats`, `--top` and the exporter, then dying of a real CUDA RESOURCE_EXHAUSTED, and its post-mortem;
-- doctor with the GPUs hidden (CUDA_VISIBLE_DEVICES=): one voice.
+- doctor with the GPUs hidden (CUDA_VISIBLE_DEVICES=): one voice;
+- busy-ness under a bf16 8192 matmul loop (`memstats`, `memstats --watch`): GPM where the GPU has it, tensor
+  cores active above 30% (an H200 said 63%), each watch sample measured over its refresh interval.
 
 Figures agree when devctl is within TOLERANCE of the truth. Meant for a GPU machine with jax and its CUDA plugin
 installed and no network; it installs nothing and finishes in a few minutes (each step is bounded). `--cpu` runs
@@ -129,6 +131,21 @@ print(json.dumps({"allocatable_bytes": lo, "tries": tries}))
 """
 
 # A job that publishes with publish()'s defaults, holds 8 MiB, and on a line from stdin asks for 4 TiB.
+# A bf16 matmul loop that keeps the tensor cores busy until stdin closes (an H200: GPM tensor active 63%).
+_MATMUL_LOOP = r"""
+import sys, threading, jax, jax.numpy as jnp
+x = jnp.ones((8192, 8192), jnp.bfloat16)
+f = jax.jit(lambda a: (a @ a) * (1 / 8192))
+y = f(x).block_until_ready()
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+print("ready", flush=True)
+while not stop.is_set():
+    for _ in range(20):
+        y = f(y)
+    y.block_until_ready()
+"""
+
 _JOB = r"""
 import json, os, sys
 import jax, jax.numpy as jnp
@@ -248,6 +265,42 @@ class Acceptance:
             holder.stdin.close()
             holder.wait(60)
 
+    def busy(self) -> None:
+        if self.cpu:
+            self.row("memstats: GPM tensor active under a bf16 matmul loop", "-", "no GPU", None)
+            return
+        loop = subprocess.Popen([sys.executable, "-c", _MATMUL_LOOP], env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            if loop.stdout.readline().strip() != "ready":
+                raise RuntimeError("the matmul loop did not start")
+            doc = self.devctl_json("memstats")
+            busy = [d["busy"] for d in doc["devices"] if d.get("busy")]
+            if not busy:
+                self.row("memstats: busy-ness of each GPU", "a busy object per GPU", "none", False)
+                return
+            gpm = [b for b in busy if b["source"] == "gpm"]
+            if not gpm:
+                self.row("memstats: GPM tensor active under a bf16 matmul loop", "> 30%", f"no GPM here: {busy[0]['label']}", None)
+                return
+            top = max(gpm, key=lambda b: b["counters"]["tensor_active_ratio"] or 0)
+            c = top["counters"]
+            self.row(
+                "memstats: GPM tensor active under a bf16 matmul loop", "> 30% (an H200: 63%)",
+                f"tensor {_pct(c['tensor_active_ratio'])}, SM {_pct(c['sm_active_ratio'])}, DRAM {_pct(c['dram_active_ratio'])} "
+                f"over {top['window_s']} s; NVML utilization {_pct(top['kernel_active_ratio'])}",
+                (c["tensor_active_ratio"] or 0) > 0.30,
+            )  # fmt: skip
+            proc = self.devctl("memstats", "--watch", "--count", "3", "--interval", "1", "--json")
+            docs = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+            windows = [b["window_s"] for d in docs[1:] for b in (x.get("busy") for x in d["devices"]) if b and b["source"] == "gpm"]
+            self.row(
+                "memstats --watch --interval 1: each sample's GPM window", "0.9-1.5 s (the interval)", f"{windows}",
+                bool(windows) and all(w is not None and 0.9 <= w <= 1.5 for w in windows),
+            )  # fmt: skip
+        finally:
+            loop.stdin.close()
+            loop.wait(60)
+
     def default_directory_and_oom(self) -> None:
         clean = {k: v for k, v in self.env.items() if not k.startswith("DEVCTL_") and k != "XDG_RUNTIME_DIR"}
         job = subprocess.Popen([sys.executable, "-c", _JOB], env=clean, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -312,6 +365,10 @@ class Acceptance:
         return "\n".join(lines)
 
 
+def _pct(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{100 * ratio:.0f}%"
+
+
 def _fig(value: float) -> str:
     return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.3g}"
 
@@ -340,6 +397,7 @@ def main() -> int:
     acc.step("shared GPU", acc.shared_gpu)
     acc.step("default directory and OOM", acc.default_directory_and_oom)
     acc.step("hidden GPUs", acc.hidden_gpus)
+    acc.step("busy", acc.busy)
     passed = sum(r["result"] == "PASS" for r in acc.rows)
     failed = sum(r["result"] == "FAIL" for r in acc.rows)
     print(f"# devctl GPU acceptance: {_machine()}; jax from {sys.executable}")

@@ -20,6 +20,7 @@ from devctl.model.bench import (
     fastest_paths,
     roof_verdict,
 )
+from devctl.model.busy import SOURCE_LABELS, BusyCounters, GpuBusy
 from devctl.model.check import CheckReport, CheckResult, CheckStatus, Expectations
 from devctl.model.doctor import DoctorFinding, DoctorReport, Overview
 from devctl.model.env import EnvFinding, EnvVar, PackageChange, PackageVersion, StackFix
@@ -215,6 +216,21 @@ def env_gpu():
 # ---- devctl memstats ---------------------------------------------------------------------------------
 
 
+def _h100_busy(index: int) -> GpuBusy:
+    """GPM over 0.2 s: the training job's GPUs busy as the H200's bf16 matmul loop was (reference/h200-observations.md),
+    the others idle."""
+    if index < 4:
+        counters = BusyCounters(sm_active_ratio=0.643, sm_occupancy_ratio=0.0951, tensor_active_ratio=0.6305,
+                                tensor_hmma_active_ratio=0.6305, dram_active_ratio=0.1253, gr_engine_active_ratio=0.6981,
+                                pcie_tx_bytes_per_s=2.1e6, pcie_rx_bytes_per_s=3.4e6, nvlink_tx_bytes_per_s=41.9e9,
+                                nvlink_rx_bytes_per_s=41.7e9)
+        kernel, memory = 0.78, 0.18
+    else:
+        counters = BusyCounters(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        kernel, memory = 0.0, 0.0
+    return GpuBusy(index, "gpm", SOURCE_LABELS["gpm"], 0.2, counters, kernel, memory)  # fmt: skip
+
+
 def memstats_gpu8():
     """A shared 8-GPU node: alice's training job preallocated 71.3 GiB on cuda:0-3 (it publishes from cuda:0), so a
     new process gets only what the driver has left there; cuda:4-7 are idle, bounded by the allocator's limit."""
@@ -235,7 +251,7 @@ def memstats_gpu8():
                 peak_bytes_in_use=job_stats["peak_bytes_in_use"] if i == 0 else None,
                 driver={"index": i, "uuid": f"GPU-5c3f1e9a-0d4b-7c21-9e0f-6a1b2c3d4e{i:02d}", "total_bytes": NVML_TOTAL,
                         "used_bytes": driver_used, "free_bytes": NVML_TOTAL - driver_used},
-                hbm_bytes=None,
+                hbm_bytes=None, busy=_h100_busy(i),
             )
         )  # fmt: skip
     for i in range(4):

@@ -96,13 +96,22 @@ def memstats(
         from devctl.collect.leaks import LeakWatch
 
         sampler.leak_watch = LeakWatch(window)
-    first = sampler.first()
     if not watch:
         from devctl.render import emit
 
-        emit(first, json_out, csv_out=csv_out)
+        emit(sampler.first(), json_out, csv_out=csv_out)
         return
-    _watch(sampler, first, interval_s, samples, "json" if json_out else "csv" if csv_out else "table")
+    from devctl.discovery.gpm import BusyReader
+    from devctl.discovery.nvml import nvml_session
+
+    # The watch keeps each GPU's last GPM sample, so every refresh measures the whole interval since the last;
+    # the samples live as long as the NVML session they were taken in.
+    sampler.busy = BusyReader(keep=True)
+    with nvml_session():
+        try:
+            _watch(sampler, sampler.first(), interval_s, samples, "json" if json_out else "csv" if csv_out else "table")
+        finally:
+            sampler.busy.close()
 
 
 def _memstats_cluster(json_out: bool, csv_out: bool, timeout, host_root: str, params: ClusterParams, all_print: bool, **single_host_only) -> None:

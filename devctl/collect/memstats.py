@@ -30,6 +30,7 @@ from devctl.model.memstats import (
 
 if TYPE_CHECKING:
     from devctl.collect.leaks import LeakWatch
+    from devctl.discovery.gpm import BusyReader
     from devctl.model.hardware import TpuReport
     from devctl.probe.backends import BackendsProbe
 
@@ -48,7 +49,9 @@ class MemstatsSampler:
         self.tpu: TpuReport | None = None
         # The publishing jobs of the last sample (pid -> command): one that is gone from the next is said once.
         self.jobs: dict[int, str] = {}
+        self.stopped: dict[int, str] = {}  # jobs said to have stopped publishing while alive: their exit is said too
         self.leak_watch: LeakWatch | None = None  # --watch: jobs whose arrays only grow
+        self.busy: BusyReader | None = None  # each GPU's busy-ness; --watch keeps it (and its GPM samples) across samples
 
     def first(self) -> MemSnapshot:
         """The full snapshot: probe JAX once, then everything else."""
@@ -103,6 +106,8 @@ class MemstatsSampler:
             if g.unavailable.get("memory_total_bytes"):
                 problems.append(f"GPU {g.index}: {g.unavailable['memory_total_bytes']}")
 
+        if nvml is not None and nvml.gpus:
+            devices = self._with_busy(devices, problems)
         free = {d.key: d.driver.get("free_bytes") for d in devices if d.driver}
         processes = _processes(nvml, key_of_gpu, publishers, self.tpu, free, machine)
         if nvml is not None and any(not p.pid_visible for p in nvml.processes):
@@ -134,17 +139,40 @@ class MemstatsSampler:
             leaks=leaks,
         )
 
+    def _with_busy(self, devices: list[MemDevice], problems: list[str]) -> list[MemDevice]:
+        """Each NVIDIA GPU's busy-ness: GPM over a window where the GPU has it, else NVML's utilization."""
+        import dataclasses
+
+        from devctl.discovery.gpm import BusyReader
+
+        if self.busy is None:
+            self.busy = BusyReader()
+        busy, reason = self.busy.read()
+        if reason is not None:
+            problems.append(f"NVML (busy-ness): {reason}")
+        return [dataclasses.replace(d, busy=busy.get(d.driver["index"])) if d.driver else d for d in devices]
+
     def _jobs_gone(self, publishers) -> list[str]:
         """A job that published in the last sample and not in this one: exited (its snapshot was removed), or
-        alive with a snapshot too old to show. Said once, in the sample where it goes."""
+        alive with a snapshot too old to show. Said once, in the sample where it goes; a job said to have stopped
+        while alive is said to have exited too, in the sample that finds it gone."""
         from devctl.discovery.procs import pid_alive
 
         now = {p.pid: " ".join(p.command) or "?" for p in publishers}
         gone = []
         for pid, command in self.jobs.items():
             if pid not in now:
-                what = "stopped publishing (its last snapshot is stale)" if pid_alive(HostRoot("/"), pid) else "exited"
+                alive = pid_alive(HostRoot("/"), pid)
+                what = "stopped publishing (its last snapshot is stale)" if alive else "exited"
                 gone.append(f"job {pid} ({command}) {what}")
+                if alive:  # often a job caught between removing its snapshot and its exit: its exit is said when seen
+                    self.stopped[pid] = command
+        for pid, command in list(self.stopped.items()):
+            if pid in now:
+                del self.stopped[pid]
+            elif pid not in self.jobs and not pid_alive(HostRoot("/"), pid):
+                gone.append(f"job {pid} ({command}) exited")
+                del self.stopped[pid]
         self.jobs = now
         return gone
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
 from devctl.model import json_schema
+from devctl.model.busy import GpuBusy
 from devctl.model.publishers import PublisherSnapshot
 
 SCHEMA = "devctl.memstats/2"
@@ -58,6 +59,7 @@ class MemDevice:
     hbm_bytes: int | None  # TPU chip table
     holders: list[ChipHolder] = field(default_factory=list)  # processes holding a TPU chip
     status: str = "ok"  # or why a view is missing right now (a lost GPU, an NVML error)
+    busy: GpuBusy | None = None  # an NVIDIA GPU's: GPM counters over a window, else NVML's utilization
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -199,6 +199,7 @@ class Column:
     detail: bool = True  # giving way: a line of its own under its row; False: left out (said elsewhere in the view)
     blank: tuple[str, ...] = ("", "-")  # values that say nothing: a column of nothing else gives way first
     once: bool = False  # on a line under its row: not said again when the row above said the same
+    hoist: bool = True  # giving way with one value on every row: one line above the table (False: as if they differed)
 
 
 @dataclass(frozen=True)
@@ -251,10 +252,10 @@ def fit_columns(columns: list[Column], rows: list[list[str]], width: int, *, box
 
     def give_way(i: int) -> None:
         c = columns[i]
-        values = {r[i] for r in rows}
+        values = {r[i].strip() for r in rows}  # a live view pads its cells
         if values <= set(c.blank):
             place[i] = "dropped"
-        elif len(rows) > 1 and len(values) == 1:
+        elif len(rows) > 1 and len(values) == 1 and c.hoist:
             place[i] = "hoisted"
         else:
             place[i] = "detail" if c.detail else "dropped"
@@ -263,7 +264,7 @@ def fit_columns(columns: list[Column], rows: list[list[str]], width: int, *, box
         headers = [c.short or c.header for c in columns]
     yielding = sorted((i for i in range(n) if columns[i].priority > 0), key=lambda i: (-columns[i].priority, -i))
     # A column that says nothing goes before any that says something.
-    yielding.sort(key=lambda i: 0 if {r[i] for r in rows} <= set(columns[i].blank) else 1)
+    yielding.sort(key=lambda i: 0 if {r[i].strip() for r in rows} <= set(columns[i].blank) else 1)
     for i in yielding:
         if fits():
             break
@@ -361,10 +362,13 @@ def _break_at(word: str, start: int, room: int) -> int:
 
 
 def table_lines(columns: list[Column], rows: list[list], *, title: str | None = None, width: int | None = None,
-                boxed: bool | None = None, rows_shown: int | None = None) -> list:  # fmt: skip
+                boxed: bool | None = None, rows_shown: int | None = None, keep: dict | None = None) -> list:  # fmt: skip
     """A table as rich Text lines that fit `width` (the terminal's by default): see fit_columns for what gives
     way. Every cell is shown as printable() makes it (data, never markup or control characters). With
-    `rows_shown`, only the first rows are printed, laid out as the whole table would be."""
+    `rows_shown`, only the first rows are printed, laid out as the whole table would be. `keep` (a dict the
+    caller holds across redraws, as a live view does) keeps the first layout while the width is the same: no
+    column appears, vanishes or narrows between frames; one widens only for a value wider than it, and the
+    layout is made afresh only where that would run past the width."""
     from rich.cells import cell_len
     from rich.text import Text
 
@@ -373,7 +377,11 @@ def table_lines(columns: list[Column], rows: list[list], *, title: str | None = 
     width = out().width if width is None else width
     boxed = stdout_is_terminal() if boxed is None else boxed
     cells = [["-" if v is None else printable(str(v)) for v in row] for row in rows]
-    fit = fit_columns(columns, cells, width, boxed=boxed)
+    fit = _kept_fit(keep, columns, cells, width, boxed) if keep is not None else None
+    if fit is None:
+        fit = fit_columns(columns, cells, width, boxed=boxed)
+        if keep is not None:
+            keep.update(fit=fit, key=(width, boxed, tuple(c.header for c in columns)))
     lines: list = [Text(line) for line in wrap(printable(title), width, hang="  ")] if title else []
     for i in fit.where("hoisted"):  # under the title, indented: what every row has
         lines += [Text(line) for line in wrap(cells[0][i], width, indent=f"  {columns[i].header}: ")]
@@ -427,6 +435,21 @@ def table_lines(columns: list[Column], rows: list[list], *, title: str | None = 
     if fit.boxed and kept:
         lines.append(rule("╰", "┴", "╯"))
     return lines
+
+
+def _kept_fit(keep: dict, columns: list[Column], cells: list[list[str]], width: int, boxed: bool) -> Fit | None:
+    """The layout `keep` holds, if it was made for this width and these columns, with each column at least as
+    wide as before; None when there is none or the kept one no longer fits."""
+    from rich.cells import cell_len
+
+    fit: Fit | None = keep.get("fit")
+    if fit is None or keep.get("key") != (width, boxed, tuple(c.header for c in columns)):
+        return None
+    if any(len({r[i] for r in cells}) > 1 for i in fit.where("hoisted")):
+        return None  # a value said once for every row no longer is every row's
+    widths = tuple(max([w, *(cell_len(r[i]) for r in cells)]) for i, w in enumerate(fit.widths))
+    total = _table_width(widths, fit.where("table"), fit.boxed)
+    return replace(fit, widths=widths, width=total) if total <= width else None
 
 
 def print_lines(lines) -> None:

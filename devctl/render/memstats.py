@@ -9,6 +9,8 @@ processes as fit (with a line saying how many more there are), then the rest.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 from collections import defaultdict, deque
 
@@ -17,6 +19,16 @@ from devctl.text import printable
 from devctl.units import format_bytes
 
 _SPARK = "▁▂▃▄▅▆▇█"
+_NO_READING = "·"  # a sample that said nothing of the device (its only job exited, an NVML hiccup)
+BUSY = "SM/TC/DRAM %"
+# The live view's cells are as wide as these from the first frame, so a value that changes its width (0 B ->
+# 530.0 MiB, a job's row coming and going) moves no column: the widest each format writes.
+_LIVE_WIDTHS = {
+    "usage": 15, "history": 12, "in use": 17, "peak": 10, "limit": 10, "free": 10, "usable": 10, "total": 10, BUSY: 11,
+    "pid": 7, "memory": 10, "arrays": 6, "headroom": 10,
+}  # fmt: skip
+_HISTORY = 12  # samples the live view's sparkline shows
+_LIVE_BAR = 8  # cells of the live view's usage bar
 # Table cells and lines carry text other users and jobs wrote (command lines, snapshot fields, file
 # names): every one goes through printable() so no escape sequence or newline reaches the terminal.
 _CELL_CHARS = 4096
@@ -30,10 +42,47 @@ def _cells(*values) -> list[str]:
 
 
 def device_usage(snapshot, device) -> tuple[int | None, int | None]:
-    """(used, capacity) for a device's bar: the driver's view first, else what the jobs hold of the allocator's limit."""
+    """(used, capacity) for a device's bar: the driver's view first, else what the jobs hold of the allocator's
+    limit (a CPU device's of the host's memory, where its arrays live)."""
     if device.driver and device.driver.get("used_bytes") is not None:
         return device.driver["used_bytes"], device.driver.get("total_bytes")
-    return device.in_use_bytes, device.bytes_limit or device.hbm_bytes
+    capacity = device.bytes_limit or device.hbm_bytes
+    if capacity is None and device.platform == "cpu":
+        capacity = snapshot.host.total_bytes
+    return device.in_use_bytes, capacity
+
+
+def busy_cell(device) -> str:
+    """'64/63/13': GPM's SM, tensor and DRAM-bandwidth percentages; 'util 78': NVML's utilization (no GPM); '-'."""
+    b = device.busy
+    if b is None:
+        return "-"
+    if b.source != "gpm":
+        return f"util {_percent(b.kernel_active_ratio)}"
+    c = b.counters
+    parts = (c.sm_active_ratio, c.tensor_active_ratio, c.dram_active_ratio)
+    if all(v is None for v in parts) and b.mig:
+        return f"MIG x{len(b.mig)}"  # each GPU instance's counters are in --json
+    return "/".join(_percent(v) for v in parts)
+
+
+def _percent(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{100 * ratio:.0f}"
+
+
+def busy_legend(snapshot) -> str | None:
+    """What the busy column's figures are, for the devices that have them; None without any."""
+    busy = [d.busy for d in snapshot.devices if d.busy is not None]
+    if not busy:
+        return None
+    said = []
+    windows = sorted({b.window_s for b in busy if b.source == "gpm" and b.window_s is not None})
+    if any(b.source == "gpm" for b in busy):
+        over = f" over {windows[0]:g} s" if len(windows) == 1 else ""
+        said.append(f"share of SMs, tensor cores, DRAM bandwidth busy{over} (GPM)")
+    if any(b.source != "gpm" for b in busy):
+        said.append("util N: NVML utilization, a kernel was running N% of the time (no GPM on that GPU)")
+    return f"{BUSY}: " + "; ".join(said)
 
 
 def _in_use(d) -> str:
@@ -43,18 +92,27 @@ def _in_use(d) -> str:
     return f"{format_bytes(d.in_use_bytes)} {d.in_use_source}" if d.in_use_source else format_bytes(d.in_use_bytes)
 
 
-def device_table(snapshot, history: dict | None = None, peaks: dict | None = None) -> tuple[list[Column], list[list[str]]]:
-    """The devices' columns and rows; with `history` (the live view) a usage bar and a sparkline, and no
-    column goes under its row: a live view has no lines to spare."""
+def device_table(
+    snapshot, history: dict | None = None, peaks: dict | None = None, busy: bool | None = None
+) -> tuple[list[Column], list[list[str]]]:
+    """The devices' columns and rows; with `history` (the live view) a usage bar and a sparkline, every cell
+    as wide as its column's widest value can be, and no column goes under its row: a live view has no lines
+    to spare. `busy`: a busy column (default: where a device has figures for it)."""
     live = history is not None
+    busy = any(d.busy is not None for d in snapshot.devices) if busy is None else busy
     columns = [
         Column("device"), Column("kind", priority=7), Column("in use", "right", priority=1),
-        Column("peak", "right", priority=6 if live else 3, detail=not live), Column("limit", "right", priority=4, detail=not live),
+        Column("peak", "right", priority=6, detail=not live), Column("limit", "right", priority=4, detail=not live),
         Column("free", "right", priority=5, detail=not live), Column("usable", "right", priority=2),
         Column("total", "right", priority=8, detail=not live), Column("status", priority=1, blank=("", "-", "ok")),
     ]  # fmt: skip
+    if busy:
+        columns.insert(3, Column(BUSY, "right", priority=2, short="busy", detail=not live))
     if live:
-        columns[2:2] = [Column("usage"), Column("history", priority=3, detail=False)]
+        columns[2:2] = [Column("usage"), Column("history", priority=2, detail=False)]
+        # Only what every row keeps saying may go above the table: a live value said once would go stale.
+        columns = [dataclasses.replace(c, detail=False, hoist=c.header in ("kind", "total", "status"),
+                                       priority={"status": 3, "in use": 0}.get(c.header, c.priority)) for c in columns]
     rows = []
     for d in snapshot.devices:
         driver = d.driver or {}
@@ -66,14 +124,30 @@ def device_table(snapshot, history: dict | None = None, peaks: dict | None = Non
             d.key, d.device_kind, _in_use(d), format_bytes(d.peak_bytes_in_use), format_bytes(d.bytes_limit),
             format_bytes(driver.get("free_bytes")), format_bytes(d.usable_bytes), total, status,
         ]  # fmt: skip
+        if busy:
+            row.insert(3, busy_cell(d))
         if live:
             used, capacity = device_usage(snapshot, d)
-            row[2:2] = [usage_bar(used, capacity, (peaks or {}).get(d.key)), sparkline((history or {}).get(d.key, ()))]
+            row[2:2] = [usage_bar(used, capacity, (peaks or {}).get(d.key), _LIVE_BAR), sparkline((history or {}).get(d.key, ()), capacity, _HISTORY)]
         rows.append(_cells(*row))
-    return columns, rows
+    return columns, _padded(columns, rows) if live else rows
 
 
-def process_table(snapshot) -> tuple[list[Column], list[list[str]]]:
+def _padded(columns: list[Column], rows: list[list[str]]) -> list[list[str]]:
+    """The live view's cells, each as wide as _LIVE_WIDTHS says for its column (wider values stay whole)."""
+    out = []
+    for row in rows:
+        cells = []
+        for c, v in zip(columns, row):
+            w = _LIVE_WIDTHS.get(c.header, 0)
+            cells.append(v.rjust(w) if c.justify == "right" else v.ljust(w))
+        out.append(cells)
+    return out
+
+
+def process_table(snapshot, exited: list | None = None) -> tuple[list[Column], list[list[str]]]:
+    """The processes' columns and rows; with `exited` (the live view: (row, "exited" or "stopped") for each row of
+    a job gone since), those rows too, said so in the memory column, and every cell as wide as its column can be."""
     columns = [
         Column("pid", "right"), Column("source", priority=3), Column("user", priority=2), Column("device"),
         Column("memory", "right"), Column("arrays", "right", priority=4), Column("headroom", "right", priority=5),
@@ -88,7 +162,12 @@ def process_table(snapshot) -> tuple[list[Column], list[list[str]]]:
             str(p.pid), p.source, p.user or "-", p.device, format_bytes(p.used_bytes),
             "-" if p.live_arrays is None else str(p.live_arrays), format_bytes(p.headroom_bytes), command,
         ))  # fmt: skip
-    return columns, rows
+    if exited is None:
+        return columns, rows
+    for p, word in exited:
+        rows.append(_cells(str(p.pid), p.source, p.user or "-", p.device, word, "-", "-", p.command or "-"))
+    columns = [dataclasses.replace(c, hoist=False) for c in columns]  # rows come and go: nothing is said once for all
+    return columns, _padded(columns, rows)
 
 
 def summary_lines(snapshot) -> list[str]:
@@ -100,6 +179,9 @@ def summary_lines(snapshot) -> list[str]:
     )
     if any(d.usable_bytes is not None for d in snapshot.devices):
         lines.append("usable: what a new JAX process can allocate now, the smaller of the allocator's limit and the driver's free memory")
+    legend = busy_legend(snapshot)
+    if legend is not None:
+        lines.append(legend)
     lines += [f"note: {n}" for n in snapshot.notes]
     lines += [f"problem: {p}" for p in snapshot.problems]
     lines += [f"problem: {leak_line(leak)}" for leak in snapshot.leaks]
@@ -183,7 +265,8 @@ def csv_rows(snapshot) -> tuple[list[str], list[list]]:
     header = [
         "timestamp", "hostname", "device", "source", "platform", "id", "kind", "in_use_bytes", "in_use_source",
         "peak_bytes_in_use", "bytes_limit", "driver_free_bytes", "usable_bytes", "usable_bound", "driver_used_bytes",
-        "driver_total_bytes", "hbm_bytes", "status",
+        "driver_total_bytes", "hbm_bytes", "status", "busy_source", "busy_window_s", "sm_active_ratio", "tensor_active_ratio",
+        "dram_active_ratio", "kernel_active_ratio",
     ]  # fmt: skip
     rows = []
     for d in snapshot.devices:
@@ -191,9 +274,16 @@ def csv_rows(snapshot) -> tuple[list[str], list[list]]:
         rows.append([
             round(snapshot.timestamp, 3), snapshot.hostname, d.key, d.source, d.platform, d.id, d.device_kind, d.in_use_bytes,
             d.in_use_source, d.peak_bytes_in_use, d.bytes_limit, driver.get("free_bytes"), d.usable_bytes, d.usable_bound,
-            driver.get("used_bytes"), driver.get("total_bytes"), d.hbm_bytes, d.status,
+            driver.get("used_bytes"), driver.get("total_bytes"), d.hbm_bytes, d.status, *_busy_csv(d.busy),
         ])  # fmt: skip
     return header, rows
+
+
+def _busy_csv(b) -> list:
+    if b is None:
+        return [None] * 6
+    c = b.counters
+    return [b.source, b.window_s, c.sm_active_ratio, c.tensor_active_ratio, c.dram_active_ratio, b.kernel_active_ratio]
 
 
 def usage_bar(used: int | None, capacity: int | None, peak: int | None, width: int = 10) -> str:
@@ -209,32 +299,55 @@ def usage_bar(used: int | None, capacity: int | None, peak: int | None, width: i
     return "[" + "".join(cells) + f"] {100 * used / capacity:.0f}%"
 
 
-def sparkline(values) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
-        return ""
-    top = max(values) or 1
-    return "".join(_SPARK[min(len(_SPARK) - 1, int(len(_SPARK) * v / top))] if v else _SPARK[0] for v in values)
+def sparkline(values, capacity: int | None = None, length: int | None = None) -> str:
+    """One cell per sample, the newest on the right: its height the share of `capacity` in use (of the largest
+    value shown where the capacity is unknown); '·' for a sample that said nothing. With `length`, always that
+    many cells, blank on the left until that many samples were taken."""
+    values = list(values)[-length:] if length else list(values)
+    top = capacity or max((v for v in values if v), default=0) or 1
+    cells = "".join(_NO_READING if v is None else _SPARK[min(len(_SPARK) - 1, max(0, int(len(_SPARK) * v / top)))] for v in values)
+    return cells.rjust(length) if length else cells
 
 
 class WatchView:
-    """Keeps the history behind the live view: the last samples per device, the peak seen, and the jobs that exited."""
+    """Keeps what the live view shows across samples: the last samples per device, the peak seen, the jobs
+    that exited, and the layout of the first frame, kept while the terminal's size is the same."""
 
-    def __init__(self, length: int = 16):
+    def __init__(self, length: int = _HISTORY):
         self.history: dict[str, deque] = defaultdict(lambda: deque(maxlen=length))
         self.peaks: dict[str, int] = {}
         self.exits: deque[str] = deque(maxlen=_EXITS_KEPT)
         self.earlier_exits: list[str] = []  # jobs that exited before the latest sample, still shown
+        self.busy: bool | None = None  # the busy column: decided by the first sample, kept
+        self.jobs: dict[int, list] = {}  # the publishing jobs' rows of the last sample, by pid
+        # (pid, [(its last rows, "exited" or "stopped")]): jobs gone since, whose rows stay, said so
+        self.exited: deque[tuple[int, list]] = deque(maxlen=_EXITS_KEPT)
+        self.size: tuple[int, int] | None = None  # the terminal's when the layouts were made
+        self.layouts: dict[str, dict] = {}  # per table: the first frame's layout (console.table_lines' keep)
 
     def add(self, snapshot) -> None:
         self.earlier_exits = list(self.exits)
         self.exits.extend(p for p in snapshot.problems if _is_exit(p))
+        if self.busy is None:
+            self.busy = any(d.busy is not None for d in snapshot.devices)
         for d in snapshot.devices:
             used, _ = device_usage(snapshot, d)
             self.history[d.key].append(used)
             candidates = [v for v in (used, d.peak_bytes_in_use, self.peaks.get(d.key)) if v is not None]
             if candidates:
                 self.peaks[d.key] = max(candidates)
+        jobs: dict[int, list] = defaultdict(list)
+        for p in snapshot.processes:
+            if p.source == "publisher":
+                jobs[p.pid].append(p)
+        gone = {int(m.group(1)): "exited" if e.endswith(" exited") else "stopped" for e in snapshot.problems if _is_exit(e) and (m := _EXIT_PID.match(e))}
+        for pid in self.jobs.keys() - jobs.keys():
+            if pid in gone:
+                self.exited.append((pid, [(p, gone[pid]) for p in self.jobs[pid]]))
+        # A job first seen to stop publishing, then to exit: its rows say so now.
+        self.exited = deque(((pid, [(p, gone.get(pid, word)) for p, word in rows]) for pid, rows in self.exited), maxlen=_EXITS_KEPT)
+        self.exited = deque(((pid, rows) for pid, rows in self.exited if pid not in jobs), maxlen=_EXITS_KEPT)
+        self.jobs = dict(jobs)
 
     def renderable(self, snapshot, interval_s: float, sample_no: int, *, width: int | None = None, height: int | None = None):
         """The view as one rich renderable that fits `width` x `height` (the terminal's by default)."""
@@ -246,58 +359,76 @@ class WatchView:
         return Group(*self.lines(snapshot, interval_s, sample_no, width or size.width, height or size.height))
 
     def lines(self, snapshot, interval_s: float, sample_no: int, width: int, height: int) -> list:
-        """The live view's lines, at most `height` - 1 of them (the last line of the window holds the cursor):
-        what does not fit gives way from the bottom of the list of what matters, never cut mid-table."""
+        """The live view's lines, at most `height` - 1 of them (the last line of the window holds the cursor): a
+        head line, the devices, as many processes as fit (with a line saying how many more there are), and a
+        footer of at most two lines (the headroom; the latest problem, else the host's memory)."""
         from rich.text import Text
 
+        if self.size != (width, height):
+            self.size, self.layouts = (width, height), {"devices": {}, "processes": {}}
         room = max(height - 1, 1)
         head = [Text(line) for line in wrap(
             f"devctl memstats --watch: sample {sample_no} at {stamp(snapshot.timestamp)[11:]}, every {interval_s:g} s (Ctrl-C to stop)",
             width, hang="  ")]  # fmt: skip
-        columns, rows = device_table(snapshot, self.history, self.peaks)
-        devices = _table_within(columns, rows, "devices", width, room - len(head), "devices")
+        footer = [Text(line) for line in self.footer(snapshot, width)]
+        columns, rows = device_table(snapshot, self.history, self.peaks, busy=bool(self.busy))
+        devices = _table_within(columns, rows, "devices", width, room - len(head), "devices", self.layouts["devices"])
         room -= len(head) + len(devices)
-
-        summary = summary_lines(snapshot) + [printable(f"problem: {e} (earlier)", _LINE_CHARS) for e in self.earlier_exits]
-        # What matters most when the window is short: problems, then the headroom; the rest after the processes.
-        ranked = sorted(range(len(summary)), key=lambda i: 0 if summary[i].startswith("problem:") else 1 if summary[i].startswith("headroom:") else 3)
-        chosen: dict[int, list] = {}
-        for i in ranked:
-            if not summary[i].startswith(("problem:", "headroom:")):
-                break
-            block = _wrapped(summary[i], width)
-            if len(block) <= room:
-                chosen[i] = block
-                room -= len(block)
+        footer = footer[: max(room, 0)]
+        room -= len(footer)
         processes: list = []
-        if snapshot.processes and room > 0:
-            columns, rows = process_table(snapshot)
-            processes = _table_within(columns, rows, "processes", width, room, "processes")
-            room -= len(processes)
-        for i in ranked:
-            if i in chosen:
-                continue
-            block = _wrapped(summary[i], width)
-            if len(block) <= room:
-                chosen[i] = block
-                room -= len(block)
-        body = [line for i in sorted(chosen) for line in chosen[i]]
-        return head + devices + processes + body
+        exited = [p for _, rows in self.exited for p in rows]
+        if (snapshot.processes or exited) and room > 0:
+            columns, rows = process_table(snapshot, exited)
+            processes = _table_within(columns, rows, "processes", width, room, "processes", self.layouts["processes"])
+        return head + devices + processes + footer
+
+    def footer(self, snapshot, width: int) -> list[str]:
+        """At most two lines, each cut to `width`: the headroom, and the most pressing problem (with how many
+        more there are), else the host's memory."""
+        h = snapshot.headroom
+        if h.min_bytes is None:
+            first = f"headroom: unknown ({h.reason})"
+        else:
+            what = {"job": "what that job can still allocate", "driver": "the driver's free memory"}.get(h.bound or "", "a new JAX process's limit")
+            first = f"headroom: min {format_bytes(h.min_bytes)} (a third: {format_bytes(h.third_of_min_bytes)}) at {h.where}, {what}"
+        problems = list(snapshot.problems) + [leak_line(leak) for leak in snapshot.leaks]
+        problems += [f"{e} (earlier)" for e in self.earlier_exits if e not in snapshot.problems]
+        if problems:
+            more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+            second = f"problem: {problems[0]}"
+            second = _cut(second, width - len(more)) + more
+        else:
+            m = snapshot.host
+            second = f"host: RAM {format_bytes(m.used_bytes)} used of {format_bytes(m.total_bytes)}, /dev/shm {format_bytes(m.shm_used_bytes)} used"
+        return [_cut(printable(first, _LINE_CHARS), width), _cut(printable(second, _LINE_CHARS), width)]
+
+
+def _cut(line: str, width: int) -> str:
+    """`line` cut to `width` cells, with '…' where it was cut."""
+    from rich.cells import cell_len, set_cell_size
+
+    if cell_len(line) <= width:
+        return line
+    return set_cell_size(line, max(width - 1, 0)).rstrip() + "…"
+
+
+_EXIT_PID = re.compile(r"job (\d+) ")
 
 
 def _is_exit(problem: str) -> bool:
     return problem.startswith("job ") and (problem.endswith(" exited") or problem.endswith("(its last snapshot is stale)"))
 
 
-def _table_within(columns: list[Column], rows: list[list[str]], title: str, width: int, room: int, noun: str) -> list:
+def _table_within(columns: list[Column], rows: list[list[str]], title: str, width: int, room: int, noun: str, keep: dict | None = None) -> list:
     """The table in at most `room` lines: all of it, or its first rows and a line saying how many more there are."""
     from rich.text import Text
 
-    lines = table_lines(columns, rows, title=title, width=width)
+    lines = table_lines(columns, rows, title=title, width=width, keep=keep)
     if len(lines) <= room:
         return lines
     for shown in range(len(rows) - 1, 0, -1):
-        lines = table_lines(columns, rows, title=title, width=width, rows_shown=shown)
+        lines = table_lines(columns, rows, title=title, width=width, rows_shown=shown, keep=keep)
         more = [Text(line) for line in wrap(f"… {len(rows) - shown} more {noun} (a taller window shows them)", width, hang="  ")]
         if len(lines) + len(more) <= room:
             return lines + more
