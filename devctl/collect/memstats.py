@@ -11,6 +11,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Literal
 
+from devctl.collect.tpu_runtime import runtime_metrics, with_runtime
 from devctl.errors import InputRejected
 from devctl.hostroot import HostRoot
 from devctl.model.devices import PHYSICAL_VIEWS, DeviceRef
@@ -105,6 +106,10 @@ class MemstatsSampler:
 
         free = {d.key: d.driver.get("free_bytes") for d in devices if d.driver}
         processes = _processes(nvml, key_of_gpu, publishers, self.tpu, free, machine)
+        runtime = runtime_metrics(self.root, self.tpu)  # libtpu's own figures, from each holder of a chip
+        devices, processes = with_runtime(devices, processes, runtime)
+        notes += runtime.notes
+        problems += runtime.problems
         if nvml is not None and any(not p.pid_visible for p in nvml.processes):
             notes.append("NVML reports pids of the host's pid namespace; pids not visible here (a container) have no user or command")
         for problem in publishers.problems if publishers else ():
@@ -132,6 +137,7 @@ class MemstatsSampler:
             problems=problems,
             notes=notes,
             leaks=leaks,
+            tpu_runtime=runtime.sources,
         )
 
     def _jobs_gone(self, publishers) -> list[str]:

@@ -33,12 +33,16 @@ def device_usage(snapshot, device) -> tuple[int | None, int | None]:
     """(used, capacity) for a device's bar: the driver's view first, else what the jobs hold of the allocator's limit."""
     if device.driver and device.driver.get("used_bytes") is not None:
         return device.driver["used_bytes"], device.driver.get("total_bytes")
+    if device.runtime is not None and device.runtime.hbm_used_bytes is not None:  # a TPU chip, by its holder's libtpu
+        return device.runtime.hbm_used_bytes, device.runtime.hbm_total_bytes or device.hbm_bytes
     return device.in_use_bytes, device.bytes_limit or device.hbm_bytes
 
 
 def _in_use(d) -> str:
     """What is held on the device, and by whose account: the publishing jobs' or the driver's."""
     if d.in_use_bytes is None:
+        if d.runtime is not None and d.runtime.hbm_used_bytes is not None:
+            return f"{format_bytes(d.runtime.hbm_used_bytes)} libtpu"
         return "-"
     return f"{format_bytes(d.in_use_bytes)} {d.in_use_source}" if d.in_use_source else format_bytes(d.in_use_bytes)
 
@@ -53,24 +57,36 @@ def device_table(snapshot, history: dict | None = None, peaks: dict | None = Non
         Column("free", "right", priority=5, detail=not live), Column("usable", "right", priority=2),
         Column("total", "right", priority=8, detail=not live), Column("status", priority=1, blank=("", "-", "ok")),
     ]  # fmt: skip
+    busy = any(d.runtime is not None for d in snapshot.devices)
+    if busy:  # a TPU chip's duty cycle, from its holder's libtpu
+        columns.append(Column("duty", "right", priority=2))
     if live:
         columns[2:2] = [Column("usage"), Column("history", priority=3, detail=False)]
     rows = []
     for d in snapshot.devices:
         driver = d.driver or {}
         total = format_bytes(driver.get("total_bytes")) if d.driver else "-"
-        if d.hbm_bytes:
-            total = f"HBM {format_bytes(d.hbm_bytes)}"
+        if d.hbm_bytes or (d.runtime and d.runtime.hbm_total_bytes):
+            total = f"HBM {format_bytes((d.runtime.hbm_total_bytes if d.runtime else None) or d.hbm_bytes)}"
         status = d.status if d.status != "held" else "held by " + ", ".join(f"pid {h['pid']}" for h in d.holders)
         row = [
             d.key, d.device_kind, _in_use(d), format_bytes(d.peak_bytes_in_use), format_bytes(d.bytes_limit),
             format_bytes(driver.get("free_bytes")), format_bytes(d.usable_bytes), total, status,
         ]  # fmt: skip
+        if busy:
+            row.append(_duty(d))
         if live:
             used, capacity = device_usage(snapshot, d)
             row[2:2] = [usage_bar(used, capacity, (peaks or {}).get(d.key)), sparkline((history or {}).get(d.key, ()))]
         rows.append(_cells(*row))
     return columns, rows
+
+
+def _duty(d) -> str:
+    r = d.runtime
+    if r is None or r.duty_cycle_percent is None:
+        return "-"
+    return f"{r.duty_cycle_percent:.0f}%"
 
 
 def process_table(snapshot) -> tuple[list[Column], list[list[str]]]:
@@ -183,7 +199,7 @@ def csv_rows(snapshot) -> tuple[list[str], list[list]]:
     header = [
         "timestamp", "hostname", "device", "source", "platform", "id", "kind", "in_use_bytes", "in_use_source",
         "peak_bytes_in_use", "bytes_limit", "driver_free_bytes", "usable_bytes", "usable_bound", "driver_used_bytes",
-        "driver_total_bytes", "hbm_bytes", "status",
+        "driver_total_bytes", "hbm_bytes", "status", "tpu_hbm_used_bytes", "tpu_hbm_total_bytes", "tpu_duty_cycle_percent",
     ]  # fmt: skip
     rows = []
     for d in snapshot.devices:
@@ -192,6 +208,7 @@ def csv_rows(snapshot) -> tuple[list[str], list[list]]:
             round(snapshot.timestamp, 3), snapshot.hostname, d.key, d.source, d.platform, d.id, d.device_kind, d.in_use_bytes,
             d.in_use_source, d.peak_bytes_in_use, d.bytes_limit, driver.get("free_bytes"), d.usable_bytes, d.usable_bound,
             driver.get("used_bytes"), driver.get("total_bytes"), d.hbm_bytes, d.status,
+            *((d.runtime.hbm_used_bytes, d.runtime.hbm_total_bytes, d.runtime.duty_cycle_percent) if d.runtime else (None, None, None)),
         ])  # fmt: skip
     return header, rows
 
