@@ -139,6 +139,46 @@ def test_environ_read_is_capped(tmp_path):
     assert env is not None and "TPU_RUNTIME_METRICS_PORTS" not in env  # past the cap: not read
 
 
+_TCP_HEAD = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+
+
+def _tcp_listen(host, pid: int, ports_inodes: list[tuple[int, int]]) -> None:
+    """The pid's network namespace's /proc/<pid>/net/tcp: these ports in LISTEN, by socket inode."""
+    rows = [f"   {i}: 0100007F:{port:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 {inode} 1 0000000000000000 100 0 0 10 0\n" for i, (port, inode) in enumerate(ports_inodes)]
+    host.file(f"/proc/{pid}/net/tcp", _TCP_HEAD + "".join(rows))
+
+
+def test_the_port_a_real_process_listens_on_wins_over_a_guess(jobs):
+    """A real job whose environment lists several ports and nothing saying which is its own: the one its own
+    socket listens on (its fds, its /proc/<pid>/net/tcp), not the first."""
+    other, own = free_port(), free_port()
+    child, port = jobs({"hbm_used": [1]}, {"TPU_RUNTIME_METRICS_PORTS": f"{other},{own}", "FAKE_BIND": str(own)})
+    assert port == own and own in tpu_runtime.listening_ports(HostRoot("/"), child.pid)
+    found = tpu_runtime.metrics_port(HostRoot("/"), child.pid)
+    assert (found.port, found.listening, found.note) == (own, True, None)
+
+
+def test_listening_decides_among_several_ports(tmp_path):
+    host = tpu_v4_host(tmp_path, chips=1)
+    _hold(host, 500, [0], {"TPU_RUNTIME_METRICS_PORTS": "8431,8432,8433"})
+    host.symlink("/proc/500/fd/9", "socket:[4242]")
+    _tcp_listen(host, 500, [(8431, 1111), (8432, 4242)])  # 8431 is another process's socket
+    found = tpu_runtime.metrics_port(host.root, 500)
+    assert (found.port, found.listening, found.note) == (8432, True, None)
+
+
+def test_a_process_not_listening_on_its_port_is_not_asked(tmp_path):
+    """Whoever answers on 8431 is another process: its figures must not appear under this pid."""
+    host = tpu_v4_host(tmp_path, chips=2)
+    _hold(host, 500, [0], {})
+    host.symlink("/proc/500/fd/9", "socket:[4242]")
+    _tcp_listen(host, 500, [(8431, 1111), (9999, 4242)])
+    found = runtime_metrics(host.root, tpu.tpu_info(host.root, environ={}), timeout_s=5)
+    (source,) = found.sources
+    assert (source.status, source.port_verified, source.port) == ("absent", False, 8431)
+    assert not found.chips and found.problems == [] and "does not listen on localhost:8431" in found.notes[0]
+
+
 # --- asking -----------------------------------------------------------------------------------------------
 
 
@@ -180,6 +220,17 @@ def test_stalled_server_costs_the_timeout_and_is_named(servers):
     answers = tpu_runtime.ask_ports([stalled.port, fine.port], timeout_s=0.5)
     assert answers[stalled.port].status == "stalled" and f"localhost:{stalled.port}" in answers[stalled.port].reason
     assert answers[fine.port].status == "ok"
+
+
+def test_a_port_that_accepts_and_never_speaks_costs_the_timeout():
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        answer = tpu_runtime.ask_ports([port], timeout_s=0.5)[port]
+    assert answer.status == "stalled" and f"localhost:{port}" in answer.reason
 
 
 def test_two_core_chips_sum_their_cores():

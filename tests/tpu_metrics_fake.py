@@ -93,7 +93,8 @@ def free_port() -> int:
 
 if __name__ == "__main__":
     fake = FakeMetrics(json.loads(sys.argv[1]))
-    port = fake.start(int(os.environ.get("TPU_RUNTIME_METRICS_PORTS", "0").split(",")[0] or 0))
+    # FAKE_BIND: a job whose TPU_RUNTIME_METRICS_PORTS lists several ports, serving on one of them.
+    port = fake.start(int(os.environ.get("FAKE_BIND") or os.environ.get("TPU_RUNTIME_METRICS_PORTS", "0").split(",")[0] or 0))
     print(port, flush=True)
     done = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()

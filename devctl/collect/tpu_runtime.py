@@ -39,14 +39,19 @@ def runtime_metrics(root: HostRoot, tpu, timeout_s: float | None = None) -> Runt
     ports = {pid: rt.metrics_port(root, pid) for pid in sorted(held)}
     if not rt.grpc_available():
         out.notes.append(rt.INSTALL_HINT)
-        out.sources = [TpuMetricsSource(pid, p.port, p.source, "no-grpc", rt.INSTALL_HINT, []) for pid, p in ports.items()]
+        out.sources = [TpuMetricsSource(pid, p.port, p.source, "no-grpc", rt.INSTALL_HINT, [], p.listening) for pid, p in ports.items()]
         return out
     # Processes that share a port (a parent and the child it forked with the chip open) are one server.
     by_port: dict[int, list[int]] = {}
     for pid, p in ports.items():
         if p.port is None:
-            out.sources.append(TpuMetricsSource(pid, None, p.source, "not-served", p.note, []))
+            out.sources.append(TpuMetricsSource(pid, None, p.source, "not-served", p.note, [], None))
             out.notes.append(f"pid {pid}: {p.note}")
+        elif p.listening is False:
+            # Whatever answers there is another process: its figures would be shown under this pid.
+            why = f"pid {pid} does not listen on localhost:{p.port} (from {p.source}); not asked"
+            out.sources.append(TpuMetricsSource(pid, p.port, p.source, "absent", why, [], False))
+            out.notes.append(f"no TPU runtime metrics from {why}")
         else:
             by_port.setdefault(p.port, []).append(pid)
     answers = rt.ask_ports(list(by_port), rt.TIMEOUT_S if timeout_s is None else timeout_s)
@@ -79,7 +84,7 @@ def runtime_metrics(root: HostRoot, tpu, timeout_s: float | None = None) -> Runt
             out.problems.append(f"TPU runtime metrics of {who}: {answer.reason}" + (f" ({doubt})" if doubt else ""))
         for pid in pids:
             own = [k for k in keys if out.chips[k].pid == pid]
-            out.sources.append(TpuMetricsSource(pid, port, ports[pid].source, answer.status, answer.reason, own))
+            out.sources.append(TpuMetricsSource(pid, port, ports[pid].source, answer.status, answer.reason, own, ports[pid].listening))
     out.sources.sort(key=lambda s: s.pid)
     return out
 

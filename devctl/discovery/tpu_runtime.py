@@ -27,7 +27,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from devctl.hostroot import HostRoot
@@ -61,6 +61,9 @@ class MetricsPort:
     port: int | None  # None: the process serves none (TPU_PROCESS_ADDRESSES=local)
     source: str  # the variable it came from, or "default"
     note: str | None = None  # a doubt about it: an unreadable environment, a guessed position
+    # Whether the process itself listens on the port (its fds' sockets in its /proc/<pid>/net/tcp{,6});
+    # None where that cannot be read. False: asking would get another process's figures, so it is not asked.
+    listening: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -103,10 +106,55 @@ def process_environ(root: HostRoot, pid: int) -> dict[str, str] | None:
 
 
 def metrics_port(root: HostRoot, pid: int) -> MetricsPort:
+    """The port the process serves its metrics on, checked against the ports it listens on where devctl can
+    see them: a port another process holds would give that process's figures under this one's pid."""
     env = process_environ(root, pid)
     if env is None:
-        return MetricsPort(pid, DEFAULT_PORT, "default", f"pid {pid}'s environment is unreadable (another user's process?); asked libtpu's default port")
-    return port_from_environ(pid, env)
+        chosen = MetricsPort(pid, DEFAULT_PORT, "default", f"pid {pid}'s environment is unreadable (another user's process?); asked libtpu's default port")
+    else:
+        chosen = port_from_environ(pid, env)
+    if chosen.port is None:
+        return chosen
+    listening = listening_ports(root, pid)
+    if listening is None:
+        return chosen
+    if chosen.port in listening:
+        # A port picked from several is no longer a guess once the process is seen listening on it.
+        return replace(chosen, listening=True, note=None if chosen.source == "TPU_RUNTIME_METRICS_PORTS" else chosen.note)
+    listed = [int(p) for p in (env or {}).get("TPU_RUNTIME_METRICS_PORTS", "").split(",") if _valid_port(p.strip())]
+    ours = [p for p in listed if p in listening]
+    if len(ours) == 1:
+        return MetricsPort(pid, ours[0], "TPU_RUNTIME_METRICS_PORTS", None, True)
+    return replace(chosen, listening=False)
+
+
+def listening_ports(root: HostRoot, pid: int) -> set[int] | None:
+    """The TCP ports the process listens on: its sockets (socket:[inode] among its fds) that its network
+    namespace's /proc/<pid>/net/tcp and tcp6 list in state LISTEN. None when its fds or those tables
+    cannot be read (another user's process, a host tree without them)."""
+    from devctl.discovery.procs import fd_targets
+
+    try:
+        targets = fd_targets(root, pid)
+    except ProcessLookupError:
+        return None
+    if targets is None:
+        return None
+    inodes = {t[8:-1] for t in targets if t.startswith("socket:[") and t.endswith("]")}
+    tables = [root.read_text(f"/proc/{pid}/net/{name}", limit=1 << 22) for name in ("tcp", "tcp6")]
+    if all(t is None for t in tables):
+        return None
+    ports = set()
+    for table in tables:
+        for line in (table or "").splitlines()[1:]:
+            # "0: 0100007F:20EF 00000000:0000 0A ... uid timeout inode ...": 0A is LISTEN.
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and fields[9] in inodes:
+                try:
+                    ports.add(int(fields[1].rpartition(":")[2], 16))
+                except ValueError:
+                    continue
+    return ports
 
 
 def port_from_environ(pid: int, env: dict[str, str]) -> MetricsPort:

@@ -61,6 +61,9 @@ class TpuMetricsSource:
     status: Literal["ok", "absent", "stalled", "error", "not-served", "no-grpc"]
     reason: str | None
     chips: list[str]  # the device keys its figures went to
+    # Whether the process was seen listening on the port (its own sockets); None where its fds or
+    # /proc/<pid>/net cannot be read. A process that does not listen there is not asked.
+    port_verified: bool | None = None
 
 
 @dataclass(frozen=True)
