@@ -115,8 +115,12 @@ def test_several_ports_and_no_place_asks_the_first_and_says_so():
 
 def test_port_read_from_a_real_process_environment():
     port = free_port()
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=dict(os.environ, TPU_RUNTIME_METRICS_PORTS=str(port)))
+    code = "import sys; print('up', flush=True); sys.stdin.read()"
+    env = dict(os.environ, TPU_RUNTIME_METRICS_PORTS=str(port))
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     try:
+        # Popen returns when exec has begun, before the kernel has laid out the new environment: wait until it runs.
+        assert child.stdout.readline() == "up\n"
         found = tpu_runtime.metrics_port(HostRoot("/"), child.pid)
         assert (found.port, found.source) == (port, "TPU_RUNTIME_METRICS_PORTS")
     finally:
@@ -326,3 +330,92 @@ def test_memstats_three_processes_a_silent_one_and_a_stalled_one(tmp_path, jobs,
     assert table.returncode == 0, table.stderr
     assert "duty" in table.stdout and "11.0 GiB libtpu" in table.stdout and "65%" in table.stdout
     assert "did not answer" in table.stdout
+
+
+# --- libtpu.sdk's TensorCore utilization, in a child ----------------------------------------------------------
+
+_FAKE_SDK = '''
+import json, os, signal, stat, sys, time
+MODE = {mode!r}
+
+class _Metric:
+    def data(self):
+        if MODE == "hang":
+            time.sleep(600)
+        if MODE == "segfault":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if MODE == "raise":
+            raise RuntimeError("no TPU here")
+        # What devctl must have set: no metadata-server retries, and logs in a private directory.
+        logs = os.environ["TPU_LOG_DIR"]
+        assert os.environ["TPU_SKIP_MDS_QUERY"] == "1" and stat.S_IMODE(os.stat(logs).st_mode) == 0o700
+        open(os.path.join(logs, "tpu_driver.INFO"), "w").write("log")
+        open(os.environ["FAKE_SDK_REPORT"], "w").write(logs)
+        return {data!r}
+
+def get_metric(name):
+    assert name == "tensorcore_util", name
+    return _Metric()
+'''
+
+
+def _fake_libtpu(tmp_path: Path, mode: str, data=()) -> Path:
+    """A `libtpu` package whose SDK answers, hangs, crashes or raises: a real package on a real path."""
+    base = tmp_path / f"sdk-{mode}"
+    (base / "libtpu" / "sdk").mkdir(parents=True)
+    (base / "libtpu" / "__init__.py").write_text("")
+    (base / "libtpu" / "sdk" / "__init__.py").write_text("")
+    (base / "libtpu" / "sdk" / "tpumonitoring.py").write_text(_FAKE_SDK.format(mode=mode, data=list(data)))
+    return base
+
+
+@pytest.mark.parametrize(
+    "mode,data,status",
+    [("ok", ["10.00", "20.00", "30.00", "40.00"], "ok"), ("ok", [], "no-data"), ("raise", [], "error"), ("segfault", [], "crashed"), ("hang", [], "timeout")],
+)
+def test_sdk_child(tmp_path, monkeypatch, mode, data, status):
+    from devctl.probe import tpu_sdk
+
+    report = tmp_path / "report"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(_fake_libtpu(tmp_path, mode, data)), str(ROOT)]))
+    monkeypatch.setenv("FAKE_SDK_REPORT", str(report))
+    monkeypatch.syspath_prepend(str(tmp_path / f"sdk-{mode}"))  # so that libtpu is found, never imported, here
+    answer = tpu_sdk.ask_tensorcore_util(timeout_s=5 if mode == "hang" else 60)
+    assert answer.status == status, answer
+    if status == "ok":
+        assert answer.values == [10.0, 20.0, 30.0, 40.0]
+        assert not Path(report.read_text()).exists()  # the private log directory is gone
+    if status == "crashed":
+        assert "SIGSEGV" in answer.reason
+    assert "libtpu" not in sys.modules
+
+
+def test_tensorcore_util_goes_to_chips_with_figures(tmp_path, servers):
+    from devctl.collect.tpu_runtime import with_tensorcore_util
+    from devctl.probe.tpu_sdk import SdkAnswer
+
+    host = tpu_v2v3_host(tmp_path, "v2", chips=2)
+    fake = servers({"hbm_used": [1, 2, 3, 4], "hbm_total": [8, 8, 8, 8], "duty": [50.0, 60.0]})
+    _hold(host, 500, [0, 1], {"TPU_RUNTIME_METRICS_PORTS": str(fake.port)})
+    report = tpu.tpu_info(host.root, environ={})
+    found = runtime_metrics(host.root, report, timeout_s=10)
+    with_tensorcore_util(found, SdkAnswer("ok", [10.0, 30.0, 50.0, 70.0]), report)  # per core: 2 per chip
+    assert [found.chips[f"tpu-chip:{n}"].tensorcore_utilization_percent for n in (0, 1)] == [20.0, 60.0]
+    with_tensorcore_util(found, SdkAnswer("timeout", reason="libtpu.sdk did not answer in 15 s"), report)
+    assert found.problems == ["TensorCore utilization: libtpu.sdk did not answer in 15 s"]
+
+
+@pytest.mark.heavy
+def test_real_libtpu_sdk_off_a_tpu_vm_answers_quietly_and_leaves_nothing(tmp_path):
+    """The real SDK (jax[tpu]'s libtpu, from the scenarios' cached venv) on a host with no TPU daemon: a
+    no-data answer within the timeout, no metadata-server retries, no lockfile or logs left in /tmp."""
+    from test_libtpu_real import TPU_PYTHON, _private_tmp_prefix
+
+    prefix = _private_tmp_prefix()
+    if not TPU_PYTHON.exists() or prefix is None:
+        pytest.skip("needs the cached jax[tpu] venv (tests/test_libtpu_real.py says how to build it) and a private /tmp")
+    code = "import json, os; from devctl.probe.tpu_sdk import ask_tensorcore_util as a; r = a(); print(json.dumps([r.status, r.reason, sorted(os.listdir('/tmp'))]))"
+    proc = subprocess.run([*prefix, str(TPU_PYTHON), "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
+    status, reason, left = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert status == "no-data", (reason, proc.stderr[-2000:])
+    assert left == [], left

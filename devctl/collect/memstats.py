@@ -11,7 +11,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Literal
 
-from devctl.collect.tpu_runtime import runtime_metrics, with_runtime
+from devctl.collect.tpu_runtime import TensorCoreWatch, runtime_metrics, with_runtime, with_tensorcore_util
 from devctl.errors import InputRejected
 from devctl.hostroot import HostRoot
 from devctl.model.devices import PHYSICAL_VIEWS, DeviceRef
@@ -50,6 +50,7 @@ class MemstatsSampler:
         # The publishing jobs of the last sample (pid -> command): one that is gone from the next is said once.
         self.jobs: dict[int, str] = {}
         self.leak_watch: LeakWatch | None = None  # --watch: jobs whose arrays only grow
+        self.tensorcore = TensorCoreWatch()  # libtpu.sdk's TensorCore utilization, from a child
 
     def first(self) -> MemSnapshot:
         """The full snapshot: probe JAX once, then everything else."""
@@ -74,6 +75,7 @@ class MemstatsSampler:
 
         problems: list[str] = []
         notes: list[str] = []
+        self.tensorcore.start(self.tpu)  # a child that runs while the rest is read
         nvml = nvml_report(processes=True) if self.root.is_real else None
         if nvml is not None and nvml.status == "error":
             problems.append(f"NVML: {nvml.reason}")
@@ -107,6 +109,7 @@ class MemstatsSampler:
         free = {d.key: d.driver.get("free_bytes") for d in devices if d.driver}
         processes = _processes(nvml, key_of_gpu, publishers, self.tpu, free, machine)
         runtime = runtime_metrics(self.root, self.tpu)  # libtpu's own figures, from each holder of a chip
+        with_tensorcore_util(runtime, self.tensorcore.latest(), self.tpu)
         devices, processes = with_runtime(devices, processes, runtime)
         notes += runtime.notes
         problems += runtime.problems

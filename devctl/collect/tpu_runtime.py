@@ -9,6 +9,7 @@ that does not answer within the timeout, or fails otherwise, is a problem that n
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass, field
 
 from devctl.hostroot import HostRoot
@@ -21,6 +22,48 @@ class RuntimeMetrics:
     sources: list[TpuMetricsSource] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+
+
+class TensorCoreWatch:
+    """libtpu.sdk's TensorCore utilization without holding up a sample: the first sample waits for its child
+    (bounded by the child's timeout); later ones (`--watch`) take the latest finished answer and start the
+    next child, so a refresh never waits on the SDK. Asked only while a process holds a TPU chip and libtpu
+    is installed beside devctl."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._box: list = []
+        self._latest = None
+        self._waited = False
+        self._installed: bool | None = None
+
+    def start(self, tpu) -> None:
+        if self._thread is not None or not any(c.holders for c in (tpu.chips if tpu else ())):
+            return
+        from devctl.probe import tpu_sdk
+
+        if self._installed is None:
+            self._installed = tpu_sdk.libtpu_installed()
+        if not self._installed:
+            return
+        box: list = []
+        self._box = box
+        self._thread = threading.Thread(target=lambda: box.append(tpu_sdk.ask_tensorcore_util()), name="devctl-tpu-sdk", daemon=True)
+        self._thread.start()
+
+    def latest(self):
+        """The newest answer (a devctl.probe.tpu_sdk.SdkAnswer), or None."""
+        if self._thread is None:
+            return self._latest
+        if not self._waited:
+            from devctl.probe.tpu_sdk import TIMEOUT_S
+
+            self._waited = True
+            self._thread.join(TIMEOUT_S + 5)  # the child's watchdog ends it first
+        if not self._thread.is_alive():
+            self._latest = self._box[0] if self._box else None
+            self._thread = None
+        return self._latest
 
 
 def runtime_metrics(root: HostRoot, tpu, timeout_s: float | None = None) -> RuntimeMetrics:
@@ -101,3 +144,32 @@ def with_runtime(devices: list[MemDevice], processes: list[MemProcess], metrics:
             p = dataclasses.replace(p, used_bytes=figures.hbm_used_bytes)
         out.append(p)
     return devices, out
+
+
+def with_tensorcore_util(metrics: RuntimeMetrics, sdk, tpu) -> None:
+    """Add libtpu.sdk's per-core TensorCore utilization (a devctl.probe.tpu_sdk.SdkAnswer) to the chips that
+    have figures. The daemon numbers the host's cores, in the order of the chips' PCI addresses (devctl's
+    chip order): one figure per chip, or per core and then averaged; any other count is not attributed."""
+    if sdk is None or sdk.status == "no-libtpu":
+        return
+    if sdk.status == "no-data":
+        metrics.notes.append(f"no TensorCore utilization: {sdk.reason}")
+        return
+    if sdk.status != "ok":
+        metrics.problems.append(f"TensorCore utilization: {sdk.reason}")
+        return
+    chips = [c.index for c in tpu.chips] if tpu else []
+    values = sdk.values
+    per_core = {c.devices_per_chip or 1 for c in tpu.chips} if tpu else {1}
+    k = max(per_core) if len(per_core) == 1 else 1
+    if chips and len(values) == len(chips):
+        groups = [[v] for v in values]
+    elif chips and k > 1 and len(values) == len(chips) * k:
+        groups = [values[i * k : (i + 1) * k] for i in range(len(chips))]
+    else:
+        metrics.problems.append(f"TensorCore utilization: libtpu.sdk gave {len(values)} cores for {len(chips)} chips here: not attributed")
+        return
+    for chip, group in zip(chips, groups):
+        key = f"tpu-chip:{chip}"
+        if key in metrics.chips:
+            metrics.chips[key] = dataclasses.replace(metrics.chips[key], tensorcore_utilization_percent=sum(group) / len(group))

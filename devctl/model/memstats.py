@@ -46,6 +46,9 @@ class TpuRuntimeChip:
     duty_cycle_percent: float | None  # the share of the last sampling period the TensorCores were busy, 0-100
     hbm_utilization_percent: float | None  # None where this libtpu does not serve it
     cores: int  # the service's devices (TensorCores) behind this chip's memory figures: 2 on v2 and v3
+    # libtpu.sdk's tensorcore_util (from the host's TPU daemon), averaged over the chip's cores; None without
+    # libtpu in devctl's environment or where the daemon gives none
+    tensorcore_utilization_percent: float | None = None
 
 
 @dataclass(frozen=True)

@@ -84,9 +84,11 @@ def device_table(snapshot, history: dict | None = None, peaks: dict | None = Non
 
 def _duty(d) -> str:
     r = d.runtime
-    if r is None or r.duty_cycle_percent is None:
+    if r is None or (r.duty_cycle_percent is None and r.tensorcore_utilization_percent is None):
         return "-"
-    return f"{r.duty_cycle_percent:.0f}%"
+    duty = "-" if r.duty_cycle_percent is None else f"{r.duty_cycle_percent:.0f}%"
+    # libtpu.sdk's TensorCore utilization, where devctl has it: how much of the busy time did useful work
+    return duty if r.tensorcore_utilization_percent is None else f"{duty} tc {r.tensorcore_utilization_percent:.0f}%"
 
 
 def process_table(snapshot) -> tuple[list[Column], list[list[str]]]:
