@@ -8,7 +8,8 @@ import sys
 import pytest
 from conftest import ROOT, assert_usage_error, devctl_env, run_devctl
 
-HEAVY = ("jax", "jaxlib", "numpy", "pynvml")
+# grpc and google (protobuf): the tpu-metrics extra, imported only to ask a TPU process for its metrics.
+HEAVY = ("jax", "jaxlib", "numpy", "pynvml", "grpc", "google")
 
 
 def _imported_modules(env_extra: dict[str, str], *args: str) -> set[str]:

@@ -11,6 +11,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Literal
 
+from devctl.collect.tpu_runtime import TensorCoreWatch, runtime_metrics, with_runtime, with_tensorcore_util
 from devctl.errors import InputRejected
 from devctl.hostroot import HostRoot
 from devctl.model.devices import PHYSICAL_VIEWS, DeviceRef
@@ -52,6 +53,7 @@ class MemstatsSampler:
         self.stopped: dict[int, str] = {}  # jobs said to have stopped publishing while alive: their exit is said too
         self.leak_watch: LeakWatch | None = None  # --watch: jobs whose arrays only grow
         self.busy: BusyReader | None = None  # each GPU's busy-ness; --watch keeps it (and its GPM samples) across samples
+        self.tensorcore = TensorCoreWatch()  # libtpu.sdk's TensorCore utilization, from a child
 
     def first(self) -> MemSnapshot:
         """The full snapshot: probe JAX once, then everything else."""
@@ -76,6 +78,7 @@ class MemstatsSampler:
 
         problems: list[str] = []
         notes: list[str] = []
+        self.tensorcore.start(self.tpu)  # a child that runs while the rest is read
         nvml = nvml_report(processes=True) if self.root.is_real else None
         if nvml is not None and nvml.status == "error":
             problems.append(f"NVML: {nvml.reason}")
@@ -110,6 +113,11 @@ class MemstatsSampler:
             devices = self._with_busy(devices, problems)
         free = {d.key: d.driver.get("free_bytes") for d in devices if d.driver}
         processes = _processes(nvml, key_of_gpu, publishers, self.tpu, free, machine)
+        runtime = runtime_metrics(self.root, self.tpu)  # libtpu's own figures, from each holder of a chip
+        with_tensorcore_util(runtime, self.tensorcore.latest(), self.tpu)
+        devices, processes = with_runtime(devices, processes, runtime)
+        notes += runtime.notes
+        problems += runtime.problems
         if nvml is not None and any(not p.pid_visible for p in nvml.processes):
             notes.append("NVML reports pids of the host's pid namespace; pids not visible here (a container) have no user or command")
         for problem in publishers.problems if publishers else ():
@@ -137,6 +145,7 @@ class MemstatsSampler:
             problems=problems,
             notes=notes,
             leaks=leaks,
+            tpu_runtime=runtime.sources,
         )
 
     def _with_busy(self, devices: list[MemDevice], problems: list[str]) -> list[MemDevice]:

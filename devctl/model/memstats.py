@@ -35,6 +35,42 @@ class ChipHolder(TypedDict):
 
 
 @dataclass(frozen=True)
+class TpuRuntimeChip:
+    """libtpu's own figures for one TPU chip, from the runtime metrics service of the process that holds it
+    (no `publish()` needed): `tpu.runtime.hbm.memory.{usage,total}.bytes` summed over the chip's TensorCores,
+    `tpu.runtime.tensorcore.dutycycle.percent` and, from newer libtpu, `tpu.runtime.hbm.utilization.percent`."""
+
+    pid: int
+    port: int
+    hbm_used_bytes: int | None
+    hbm_total_bytes: int | None
+    duty_cycle_percent: float | None  # the share of the last sampling period the TensorCores were busy, 0-100
+    hbm_utilization_percent: float | None  # None where this libtpu does not serve it
+    cores: int  # the service's devices (TensorCores) behind this chip's memory figures: 2 on v2 and v3
+    # libtpu.sdk's tensorcore_util (from the host's TPU daemon), averaged over the chip's cores; None without
+    # libtpu in devctl's environment or where the daemon gives none
+    tensorcore_utilization_percent: float | None = None
+
+
+@dataclass(frozen=True)
+class TpuMetricsSource:
+    """One TPU process asked for its runtime metrics, where, and what came of it."""
+
+    pid: int
+    port: int | None  # None: the process serves none
+    port_source: str  # LIBTPU_INIT_ARGS, TPU_RUNTIME_METRICS_PORTS, TPU_PROCESS_ADDRESSES, or default (8431)
+    # ok; absent (nothing listens: not a libtpu process yet, or metrics off); stalled (no answer within the
+    # timeout); error (another gRPC failure); not-served (TPU_PROCESS_ADDRESSES=local); no-grpc (the
+    # `tpu-metrics` extra is not installed)
+    status: Literal["ok", "absent", "stalled", "error", "not-served", "no-grpc"]
+    reason: str | None
+    chips: list[str]  # the device keys its figures went to
+    # Whether the process was seen listening on the port (its own sockets); None where its fds or
+    # /proc/<pid>/net cannot be read. A process that does not listen there is not asked.
+    port_verified: bool | None = None
+
+
+@dataclass(frozen=True)
 class MemDevice:
     """One device with every view devctl has of its memory."""
 
@@ -60,6 +96,7 @@ class MemDevice:
     holders: list[ChipHolder] = field(default_factory=list)  # processes holding a TPU chip
     status: str = "ok"  # or why a view is missing right now (a lost GPU, an NVML error)
     busy: GpuBusy | None = None  # an NVIDIA GPU's: GPM counters over a window, else NVML's utilization
+    runtime: TpuRuntimeChip | None = None  # a TPU chip's figures from its holder's libtpu
 
 
 @dataclass(frozen=True)
@@ -145,6 +182,7 @@ class MemSnapshot:
     problems: list[str]  # transient faults: NVML errors, corrupt snapshots, a lost GPU
     notes: list[str]
     leaks: list[Leak] = field(default_factory=list)  # --watch: jobs whose live arrays only grew over --leak-samples samples
+    tpu_runtime: list[TpuMetricsSource] = field(default_factory=list)  # each TPU process asked for libtpu's metrics
 
 
 def headroom(devices: list[MemDevice], processes: list[MemProcess]) -> Headroom:

@@ -46,6 +46,8 @@ def device_usage(snapshot, device) -> tuple[int | None, int | None]:
     limit (a CPU device's of the host's memory, where its arrays live)."""
     if device.driver and device.driver.get("used_bytes") is not None:
         return device.driver["used_bytes"], device.driver.get("total_bytes")
+    if device.runtime is not None and device.runtime.hbm_used_bytes is not None:  # a TPU chip, by its holder's libtpu
+        return device.runtime.hbm_used_bytes, device.runtime.hbm_total_bytes or device.hbm_bytes
     capacity = device.bytes_limit or device.hbm_bytes
     if capacity is None and device.platform == "cpu":
         capacity = snapshot.host.total_bytes
@@ -88,6 +90,8 @@ def busy_legend(snapshot) -> str | None:
 def _in_use(d) -> str:
     """What is held on the device, and by whose account: the publishing jobs' or the driver's."""
     if d.in_use_bytes is None:
+        if d.runtime is not None and d.runtime.hbm_used_bytes is not None:
+            return f"{format_bytes(d.runtime.hbm_used_bytes)} libtpu"
         return "-"
     return f"{format_bytes(d.in_use_bytes)} {d.in_use_source}" if d.in_use_source else format_bytes(d.in_use_bytes)
 
@@ -108,6 +112,9 @@ def device_table(
     ]  # fmt: skip
     if busy:
         columns.insert(3, Column(BUSY, "right", priority=2, short="busy", detail=not live))
+    duty = any(d.runtime is not None for d in snapshot.devices)
+    if duty:  # a TPU chip's duty cycle, from its holder's libtpu
+        columns.append(Column("duty", "right", priority=2))
     if live:
         columns[2:2] = [Column("usage"), Column("history", priority=2, detail=False)]
         # Only what every row keeps saying may go above the table: a live value said once would go stale.
@@ -117,8 +124,8 @@ def device_table(
     for d in snapshot.devices:
         driver = d.driver or {}
         total = format_bytes(driver.get("total_bytes")) if d.driver else "-"
-        if d.hbm_bytes:
-            total = f"HBM {format_bytes(d.hbm_bytes)}"
+        if d.hbm_bytes or (d.runtime and d.runtime.hbm_total_bytes):
+            total = f"HBM {format_bytes((d.runtime.hbm_total_bytes if d.runtime else None) or d.hbm_bytes)}"
         status = d.status if d.status != "held" else "held by " + ", ".join(f"pid {h['pid']}" for h in d.holders)
         row = [
             d.key, d.device_kind, _in_use(d), format_bytes(d.peak_bytes_in_use), format_bytes(d.bytes_limit),
@@ -126,11 +133,22 @@ def device_table(
         ]  # fmt: skip
         if busy:
             row.insert(3, busy_cell(d))
+        if duty:
+            row.append(_duty(d))
         if live:
             used, capacity = device_usage(snapshot, d)
             row[2:2] = [usage_bar(used, capacity, (peaks or {}).get(d.key), _LIVE_BAR), sparkline((history or {}).get(d.key, ()), capacity, _HISTORY)]
         rows.append(_cells(*row))
     return columns, _padded(columns, rows) if live else rows
+
+
+def _duty(d) -> str:
+    r = d.runtime
+    if r is None or (r.duty_cycle_percent is None and r.tensorcore_utilization_percent is None):
+        return "-"
+    duty = "-" if r.duty_cycle_percent is None else f"{r.duty_cycle_percent:.0f}%"
+    # libtpu.sdk's TensorCore utilization, where devctl has it: how much of the busy time did useful work
+    return duty if r.tensorcore_utilization_percent is None else f"{duty} tc {r.tensorcore_utilization_percent:.0f}%"
 
 
 def _padded(columns: list[Column], rows: list[list[str]]) -> list[list[str]]:
@@ -266,7 +284,7 @@ def csv_rows(snapshot) -> tuple[list[str], list[list]]:
         "timestamp", "hostname", "device", "source", "platform", "id", "kind", "in_use_bytes", "in_use_source",
         "peak_bytes_in_use", "bytes_limit", "driver_free_bytes", "usable_bytes", "usable_bound", "driver_used_bytes",
         "driver_total_bytes", "hbm_bytes", "status", "busy_source", "busy_window_s", "sm_active_ratio", "tensor_active_ratio",
-        "dram_active_ratio", "kernel_active_ratio",
+        "dram_active_ratio", "kernel_active_ratio", "tpu_hbm_used_bytes", "tpu_hbm_total_bytes", "tpu_duty_cycle_percent",
     ]  # fmt: skip
     rows = []
     for d in snapshot.devices:
@@ -275,6 +293,7 @@ def csv_rows(snapshot) -> tuple[list[str], list[list]]:
             round(snapshot.timestamp, 3), snapshot.hostname, d.key, d.source, d.platform, d.id, d.device_kind, d.in_use_bytes,
             d.in_use_source, d.peak_bytes_in_use, d.bytes_limit, driver.get("free_bytes"), d.usable_bytes, d.usable_bound,
             driver.get("used_bytes"), driver.get("total_bytes"), d.hbm_bytes, d.status, *_busy_csv(d.busy),
+            *((d.runtime.hbm_used_bytes, d.runtime.hbm_total_bytes, d.runtime.duty_cycle_percent) if d.runtime else (None, None, None)),
         ])  # fmt: skip
     return header, rows
 
