@@ -37,6 +37,13 @@ def _root(
     version: Annotated[
         Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = None,
+    python: Annotated[
+        Optional[str],
+        typer.Option(
+            "--python", metavar="PATH", autocompletion=completion.files,
+            help="Run the command with another Python interpreter (a venv's, an image's) to inspect its JAX; give it first.",
+        ),
+    ] = None,
 ) -> None:
     """Inspect and diagnose JAX/XLA accelerators: what the machine has, what JAX sees, and why not."""
 

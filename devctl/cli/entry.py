@@ -18,6 +18,9 @@ WIDEST = 120
 
 
 def main() -> None:
+    args = sys.argv[1:]
+    if args and (args[0] == "--python" or args[0].startswith("--python=")):
+        _run_under_another_python(args)
     if sys.argv[1:] in (["--help"], ["-h"]) and "DEVCTL_NO_HELP_CACHE" not in os.environ:
         try:
             with open(HELP_FILE, encoding="utf-8") as f:
@@ -69,6 +72,24 @@ def root_help(document: str, width: int) -> str:
     lines += textwrap.wrap(data["description"], width, initial_indent="  ", subsequent_indent="  ", break_long_words=False)
     lines += ["", "Options:", *rows(data["options"]), "", "Commands:", *rows(data["commands"])]
     return "\n".join(lines) + "\n"
+
+
+def _run_under_another_python(args: list[str]) -> None:
+    """`devctl --python PATH COMMAND ...`: the rest run by that interpreter (devctl.cli.python_option)."""
+    if args[0] == "--python":
+        if len(args) < 2:
+            sys.stderr.write("devctl: error: --python needs the path of a Python interpreter (e.g. .venv/bin/python)\n")
+            sys.exit(2)
+        python, rest = args[1], args[2:]
+    else:
+        python, rest = args[0].split("=", 1)[1], args[1:]
+    from devctl.cli.python_option import Refused, run_under
+
+    try:
+        run_under(python, rest)
+    except (Refused, OSError) as e:
+        sys.stderr.write(f"devctl: error: {e}\n")
+        sys.exit(2)
 
 
 def _exit_on_signal(signum, _frame) -> None:

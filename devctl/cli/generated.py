@@ -44,7 +44,8 @@ def root_help() -> str:
         if param.param_type_name == "option" and not getattr(param, "hidden", False):
             names = [*param.opts, *param.secondary_opts]
             names.sort(key=lambda n: (n.startswith("--"), n))  # -h before --help, as typer shows them
-            options.append([", ".join(names), getattr(param, "help", None) or ""])
+            metavar = "" if getattr(param, "is_flag", False) or not param.metavar else f" {param.metavar}"
+            options.append([", ".join(names) + metavar, getattr(param, "help", None) or ""])
     commands = [[name, group.get_command(ctx, name).get_short_help_str(limit=10**6)] for name in group.list_commands(ctx)]
     data = {
         "usage": f"Usage: devctl {' '.join(group.collect_usage_pieces(ctx))}",
