@@ -293,3 +293,74 @@ def test_the_dashboard_plots_the_busy_series():
         assert name in exprs, name
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
+
+
+def test_once_end_to_end_on_a_tpu_host_with_a_stalled_server(tmp_path, servers):
+    """`devctl exporter --once` as a user runs it, on a fake TPU host tree whose holders' metrics servers are
+    real gRPC servers on localhost: the answering chips' series, and the stalled one costs the scrape its timeout."""
+    from conftest import devctl_env, run_devctl
+
+    host, stalled_port = _tpu_host(tmp_path, servers, stall=True)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    proc = run_devctl("exporter", "--once", "--timeout", "1.5", "--host-root", str(host.path),
+                      env=devctl_env(devices=1, DEVCTL_RUNTIME_DIR=str(runtime)), timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    from prometheus_client.parser import text_string_to_metric_families
+
+    metrics: dict[str, list] = {}
+    for family in text_string_to_metric_families(proc.stdout):
+        for s in family.samples:
+            metrics.setdefault(s.name, []).append((s.labels, s.value))
+    ratios_in_range(metrics)
+    success = {lb["source"]: v for lb, v in metrics["devctl_collect_success"]}
+    assert success["tpu_runtime"] == 0.0 and success["tpu"] == 1.0 and success["gpm"] == 1.0  # no GPU here: quiet
+    duration = {lb["source"]: v for lb, v in metrics["devctl_collect_duration_seconds"]}
+    assert duration["tpu_runtime"] <= 1.5
+    assert value(metrics, "devctl_tpu_hbm_used_bytes", chip="0", program="train_500.py") == 10 * GIB
+    assert value(metrics, "devctl_tpu_duty_cycle_ratio", chip="2", program="train_501.py") == pytest.approx(0.05)
+    assert not any(lb["chip"] == "3" for name in TPU_SERIES for lb, _ in metrics.get(name, []))
+    assert "pid" not in {k for name in TPU_SERIES for lb, _ in metrics.get(name, []) for k in lb}
+
+
+# ---- a real GPU ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_a_real_matmul_loop_shows_in_the_tensor_series_over_the_scrape_interval(tmp_path):
+    """Under a bf16 matmul loop, the exporter's second scrape covers the interval since the first and says the
+    tensor cores were busy (an H200 said 63% in memstats); a GPU without GPM is skipped."""
+    import subprocess
+    import sys
+
+    from conftest import devctl_env
+    from test_gpm import MATMUL_LOOP
+
+    from devctl.collect.exporter import Exporter
+    from devctl.discovery.nvml import nvml_session
+
+    script = tmp_path / "loop.py"
+    script.write_text(MATMUL_LOOP)
+    env = devctl_env(devices=1, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    env.pop("XLA_FLAGS", None)
+    job = subprocess.Popen([sys.executable, str(script), "60"], env=env, stdout=subprocess.PIPE, text=True)
+    exporter = Exporter(keep_busy=True)
+    exporter._session.enter_context(nvml_session())
+    try:
+        assert job.stdout.readline().strip() == "ready"
+        exporter.collect(timeout_s=10)
+        time.sleep(2.0)
+        out = exporter.collect(timeout_s=10)
+        assert out.sources["gpm"].success, out.sources["gpm"]
+        metrics = exposition(out)
+        if "devctl_gpu_tensor_active_ratio" not in metrics:
+            pytest.skip("no GPM on this GPU")
+        ratios_in_range(metrics)
+        windows = [v for _, v in metrics["devctl_gpu_busy_window_seconds"]]
+        assert windows and all(1.9 <= w <= 5.0 for w in windows), windows
+        best = max(v for _, v in metrics["devctl_gpu_tensor_active_ratio"])
+        assert best > 0.30, metrics["devctl_gpu_tensor_active_ratio"]
+    finally:
+        exporter.close()
+        job.kill()
+        job.wait()
