@@ -94,7 +94,8 @@ def exporter(
     from devctl.collect import exporter_server
     from devctl.collect.exporter import Exporter
 
-    source = Exporter(host_root=root, per_process=per_process, command_label=command_label, probe_timeout_s=max(timeout_s, 30.0))
+    # --once: GPM over a one-shot window; else each scrape's figures cover the time since the previous one.
+    source = Exporter(host_root=root, per_process=per_process, command_label=command_label, probe_timeout_s=max(timeout_s, 30.0), keep_busy=not once)
     sockets = [] if once or textfile is not None else _bind(address)  # a port in use is said before probing
     try:
         source.start()
@@ -112,6 +113,7 @@ def exporter(
     finally:  # a source stuck in a driver call is a daemon thread: it does not hold up the exit
         for s in sockets:
             s.close()
+        source.close()
 
 
 class Collector:

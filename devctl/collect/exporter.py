@@ -2,13 +2,22 @@
 
 At start, one probe child asks JAX what a new process gets on each device (bytes_limit), as `devctl memstats`
 does, and exits: no JAX client stays open in the exporter, so it holds no device between scrapes. Each scrape
-then reads the publishers' snapshot files, NVML, the TPU chips and the host, in parallel threads, and waits at
-most `timeout_s` for them: a source that fails or is late is reported (devctl_collect_success 0) and leaves out
-only its own metrics. A source still running from an earlier scrape is not started twice.
+then reads the publishers' snapshot files, NVML, GPM, the TPU chips, libtpu's runtime metrics and the host, in
+parallel threads, and waits at most `timeout_s` for them: a source that fails or is late is reported
+(devctl_collect_success 0) and leaves out only its own metrics (a source that read part of what it reads, as
+libtpu's metrics when one process of several stalls, keeps that part). A source still running from an earlier
+scrape is not started twice.
+
+GPM's figures are the counters between two samples. A serving exporter keeps one BusyReader, and its last
+sample of each GPU, inside an NVML session as long as the process: each scrape's figures cover the whole time
+since the previous scrape, and no scrape waits for a window. The first scrape has no sample to start from and
+takes a one-shot window (gpm.ONE_SHOT_WINDOW_S, in the gpm source's own thread), as `--once` does every time;
+devctl_gpu_busy_window_seconds says which.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -36,7 +45,7 @@ _JOB_STATS = {
 
 class Exporter:
     def __init__(self, *, host_root: str = "/", publisher_dir: str | None = None, per_process: bool = False, command_label: bool = False,
-                 probe_timeout_s: float = 30.0):  # fmt: skip
+                 probe_timeout_s: float = 30.0, keep_busy: bool = True):  # fmt: skip
         self.root = HostRoot(host_root)
         self.publisher_dir = publisher_dir
         self.per_process = per_process  # pid-labelled series; else job series summed by program and device
@@ -50,6 +59,12 @@ class Exporter:
         self._pids = PublisherPids(self.root)
         self._lock = threading.Lock()
         self._last: tuple[float, Collection] | None = None  # (when it started, the collection)
+        # GPM: keep each GPU's last sample between scrapes (a server, a textfile), or a one-shot window (--once).
+        self.keep_busy = keep_busy
+        self._busy: Any = None  # devctl.discovery.gpm.BusyReader, made by the first gpm read
+        self._session = contextlib.ExitStack()  # the NVML session the held GPM samples live in
+        self._timeout_s = 5.0  # the scrape's, for the sources that bound their own waits within it
+        self._tensorcore: Any = None  # devctl.collect.tpu_runtime.TensorCoreWatch: libtpu.sdk in a child
 
     def start(self) -> None:
         """Probe JAX once (the child exits) and read the versions; a bad --publisher-dir is bad input here."""
@@ -67,6 +82,18 @@ class Exporter:
         except DevctlError as e:  # the probe failed: said by devctl_collect_success{source="probe"}, the rest goes on
             self.probe_error = str(e)
         self.versions = _versions()
+        if self.keep_busy:
+            from devctl.discovery.nvml import nvml_session
+
+            self._session.enter_context(nvml_session())
+
+    def close(self) -> None:
+        """Free the held GPM samples and end the NVML session. A gpm read still running (stuck in the driver)
+        keeps its samples: the process is ending, and freeing them under it would be worse."""
+        running = self._running.get("gpm")
+        if self._busy is not None and (running is None or running.done()):
+            self._busy.close()
+        self._session.close()
 
     def shared(self, timeout_s: float, reuse_s: float = SHARE_S) -> Collection:
         """The collection for a scrape, safe to call from the server's threads at once: one collection runs at a
@@ -84,10 +111,13 @@ class Exporter:
     def collect(self, timeout_s: float) -> Collection:
         """One collection, afresh; not re-entrant: concurrent callers go through shared()."""
         started = time.monotonic()
+        self._timeout_s = timeout_s
         readers: dict[str, Callable[[], list[Sample]]] = {
             "publishers": self._publishers,
             "nvml": self._nvml,
+            "gpm": self._gpm,
             "tpu": self._tpu,
+            "tpu_runtime": self._tpu_runtime,
             "host": self._host,
         }
         futures: dict[str, _Call] = {}
@@ -226,6 +256,70 @@ class Exporter:
                         add("devctl_gpu_process_memory_used_bytes", proc.used_memory_bytes, **who, pid=str(proc.pid))
         return samples
 
+    def _gpm(self) -> list[Sample]:
+        """GPM's counters of each GPU that has them, and of each MIG GPU instance; a GPU without GPM has only the
+        nvml source's devctl_gpu_utilization_ratio (NVML's utilization: a kernel was running)."""
+        from devctl.discovery.gpm import BusyReader
+        from devctl.discovery.nvml import NvmlUnavailable, nvml_initialized
+
+        try:
+            with nvml_initialized():
+                identity = _gpu_identities()
+        except NvmlUnavailable as e:
+            if e.status == "unavailable":
+                return []  # no driver or library: a CPU host (not a failure)
+            raise RuntimeError(e.reason) from None
+        if self._busy is None:
+            self._busy = BusyReader(keep=self.keep_busy)
+        busy, reason = self._busy.read()
+        if reason is not None:
+            raise RuntimeError(reason)
+        jax_key = {d.driver["index"]: d.key for d in self.probed if d.driver}
+        samples: list[Sample] = []
+        for index, b in sorted(busy.items()):
+            if b.source != "gpm":
+                continue
+            labels = {**identity.get(index, {"gpu": str(index)}), "device": jax_key.get(index, "")}
+            _busy_counters(_adder(samples, labels), b.counters)
+            for m in b.mig:
+                _busy_counters(_adder(samples, {**labels, "gpu_instance": str(m.gpu_instance_id)}), m.counters)
+            _adder(samples, labels)("devctl_gpu_busy_window_seconds", b.window_s)
+        return samples
+
+    def _tpu_runtime(self) -> list[Sample]:
+        """libtpu's figures of each held chip, asked of its holder's runtime metrics service. The asks end before
+        the scrape's deadline, so a server that stalls or fails is this source's failure, named, while the chips
+        of the processes that answered keep their series. Nothing listening (a process not yet in libtpu) and no
+        grpc installed are quiet: no series."""
+        from devctl.collect.tpu_runtime import TensorCoreWatch, runtime_metrics, with_tensorcore_util
+        from devctl.discovery.tpu import tpu_info
+
+        started = time.monotonic()
+        budget = max(0.05, self._timeout_s * 0.8 - 0.25)  # the ask's threads get 0.25 s of grace beyond it
+        tpu = tpu_info(self.root)
+        if self._tensorcore is None:
+            self._tensorcore = TensorCoreWatch()
+        self._tensorcore.start(tpu)  # a child, only where a chip is held and libtpu is installed here
+        metrics = runtime_metrics(self.root, tpu, timeout_s=budget)
+        with_tensorcore_util(metrics, self._tensorcore.latest(wait_s=budget - (time.monotonic() - started)), tpu)
+        chips = {chip.index: chip for chip in tpu.chips}
+        samples: list[Sample] = []
+        for key, f in metrics.chips.items():
+            index = int(key.partition(":")[2])
+            chip = chips.get(index)
+            holder = next((h for h in chip.holders if h.pid == f.pid), None) if chip is not None else None
+            labels = {"chip": str(index), "version": chip.version if chip is not None else "",
+                      **self._who(f.pid, ((holder.command if holder else None) or "").split()), "pid": str(f.pid)}  # fmt: skip
+            add = _adder(samples, labels)
+            add("devctl_tpu_hbm_used_bytes", f.hbm_used_bytes)
+            add("devctl_tpu_hbm_total_bytes", f.hbm_total_bytes)
+            add("devctl_tpu_duty_cycle_ratio", _percent_ratio(f.duty_cycle_percent))
+            add("devctl_tpu_hbm_bandwidth_utilization_ratio", _percent_ratio(f.hbm_utilization_percent))
+            add("devctl_tpu_tensorcore_utilization_ratio", _percent_ratio(f.tensorcore_utilization_percent))
+        if metrics.problems:
+            raise Partial(samples, "; ".join(metrics.problems))
+        return samples
+
     def _tpu(self) -> list[Sample]:
         from devctl.discovery.tpu import tpu_info
 
@@ -275,11 +369,21 @@ class _Call:
         return self._result
 
 
+class Partial(Exception):
+    """A source that read part of what it reads: the samples it has go out, and the source says it failed."""
+
+    def __init__(self, samples: list[Sample], reason: str):
+        super().__init__(reason)
+        self.samples = samples
+
+
 def _timed(read: Callable[[], list[Sample]]) -> tuple[list[Sample], float, str | None]:
     """A source's samples, its seconds and its error (one line); a failing source is an error, never a crash."""
     started = time.monotonic()
     try:
         return read(), time.monotonic() - started, None
+    except Partial as e:
+        return e.samples, time.monotonic() - started, " ".join(str(e).split())[:300]
     except Exception as e:  # any source's fault is that source's: reported, the others go on
         return [], time.monotonic() - started, f"{type(e).__name__}: {' '.join(str(e).split())}"[:300]
 
@@ -290,6 +394,49 @@ def _adder(samples: list[Sample], labels: dict[str, str]) -> Callable[..., None]
             samples.append(Sample(name, {**labels, **extra}, float(value)))
 
     return add
+
+
+# BusyCounters field -> the series it is exported as.
+_BUSY_SERIES = {
+    "sm_active_ratio": "devctl_gpu_sm_active_ratio",
+    "sm_occupancy_ratio": "devctl_gpu_sm_occupancy_ratio",
+    "tensor_active_ratio": "devctl_gpu_tensor_active_ratio",
+    "dram_active_ratio": "devctl_gpu_dram_active_ratio",
+    "gr_engine_active_ratio": "devctl_gpu_gr_engine_active_ratio",
+    "pcie_tx_bytes_per_s": "devctl_gpu_pcie_transmit_bytes_per_second",
+    "pcie_rx_bytes_per_s": "devctl_gpu_pcie_receive_bytes_per_second",
+    "nvlink_tx_bytes_per_s": "devctl_gpu_nvlink_transmit_bytes_per_second",
+    "nvlink_rx_bytes_per_s": "devctl_gpu_nvlink_receive_bytes_per_second",
+}
+
+
+def _busy_counters(add: Callable[..., None], counters: Any) -> None:
+    for field, name in _BUSY_SERIES.items():
+        add(name, getattr(counters, field))
+
+
+def _percent_ratio(percent: float | None) -> float | None:
+    return min(max(percent / 100, 0.0), 1.0) if percent is not None else None
+
+
+def _gpu_identities() -> dict[int, dict[str, str]]:
+    """Each GPU's labels but its JAX device (inside an NVML session): the nvml source's, read alone, since the
+    two sources run side by side."""
+    from devctl.discovery.nvml import query
+    from devctl.discovery.pci import normalize_pci_bus_id
+
+    count, _ = query("nvmlDeviceGetCount")
+    out: dict[int, dict[str, str]] = {}
+    for index in range(count or 0):
+        handle, _ = query("nvmlDeviceGetHandleByIndex", index)
+        uuid = name = bus = None
+        if handle is not None:
+            uuid, _ = query("nvmlDeviceGetUUID", handle)
+            name, _ = query("nvmlDeviceGetName", handle)
+            pci, _ = query("nvmlDeviceGetPciInfo", handle)
+            bus = normalize_pci_bus_id(pci.busId) if pci is not None else None
+        out[index] = {"gpu": str(index), "uuid": uuid or "", "pci_bus_id": bus or "", "name": name or ""}
+    return out
 
 
 def _headroom(samples: list[Sample], gpus: AbstractSet[str] = frozenset(), *, per_process: bool = False) -> list[Sample]:

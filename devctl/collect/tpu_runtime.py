@@ -51,15 +51,17 @@ class TensorCoreWatch:
         self._thread = threading.Thread(target=lambda: box.append(tpu_sdk.ask_tensorcore_util()), name="devctl-tpu-sdk", daemon=True)
         self._thread.start()
 
-    def latest(self):
-        """The newest answer (a devctl.probe.tpu_sdk.SdkAnswer), or None."""
+    def latest(self, wait_s: float | None = None):
+        """The newest answer (a devctl.probe.tpu_sdk.SdkAnswer), or None. The first call waits for the first child,
+        at most `wait_s` (default: until the child's own watchdog ends it); the exporter's scrape passes its own
+        time left, and a child still running then answers a later scrape."""
         if self._thread is None:
             return self._latest
         if not self._waited:
             from devctl.probe.tpu_sdk import TIMEOUT_S
 
             self._waited = True
-            self._thread.join(TIMEOUT_S + 5)  # the child's watchdog ends it first
+            self._thread.join(TIMEOUT_S + 5 if wait_s is None else max(wait_s, 0.0))  # the child's watchdog ends it first
         if not self._thread.is_alive():
             self._latest = self._box[0] if self._box else None
             self._thread = None

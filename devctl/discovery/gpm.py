@@ -116,8 +116,10 @@ def _read(pynvml: Any, reader: BusyReader) -> dict[int, GpuBusy]:
             unavailable.update(missing)
         mig = []
         for t in g.get("migs", ()):
-            mig_counters, _, reason, missing = figures[t.key]
+            mig_counters, mig_window_s, reason, missing = figures[t.key]
             mig.append(MigBusy(t.gpu_instance_id, t.uuid, mig_counters, {"counters": reason} if reason else missing))
+            # A GPU in MIG mode is sampled per instance only: its window is its instances' (taken together).
+            window_s = window_s if window_s is not None else mig_window_s
         source: BusySource = "gpm" if g["gpm"] else "nvml-utilization"
         if g["gpm"] and all(v is None for v in vars(counters).values()) and not any(m.unavailable.get("counters") is None for m in mig):
             # GPM said it could, then gave nothing (no permission, a driver fault): NVML's utilization is all there is.

@@ -28,6 +28,10 @@ Kind = Literal["gauge", "counter", "info"]
 PROCESS = ("program", "command", "pid", "pod", "namespace", "container", "pod_uid", "container_id")
 JOB = (*PROCESS, "process_index", "device", "platform", "device_kind")
 GPU = ("gpu", "uuid", "pci_bus_id", "name", "device")
+# GPM's series: a whole GPU's, or one MIG GPU instance's (`gpu_instance`: its GPU instance id, as dcgm-exporter's GPU_I_ID).
+GPU_BUSY = (*GPU, "gpu_instance")
+# libtpu's figures of a chip, under the process that holds it (its pid only with --per-process).
+TPU_CHIP = ("chip", "version", *PROCESS)
 # Job series are summed over a program's processes on each device unless --per-process; these take the largest.
 JOB_MAX = ("devctl_job_memory_largest_free_block_bytes", "devctl_job_snapshot_age_seconds")
 
@@ -59,7 +63,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("devctl_gpu_memory_used_bytes", "gauge", "GPU memory in use, as the driver sees it (NVML).", GPU, "nvml"),
     MetricSpec("devctl_gpu_memory_total_bytes", "gauge", "GPU memory, as the driver sees it (NVML).", GPU, "nvml"),
     MetricSpec("devctl_gpu_memory_free_bytes", "gauge", "GPU memory free, as the driver sees it (NVML): what another process can still get.", GPU, "nvml"),
-    MetricSpec("devctl_gpu_utilization_ratio", "gauge", "Share of the last sample period a kernel ran on the GPU (NVML).", GPU, "nvml"),
+    MetricSpec("devctl_gpu_utilization_ratio", "gauge", "Share of the last sample period a kernel ran on the GPU (NVML utilization: nvidia-smi's GPU-Util, DCGM_FI_DEV_GPU_UTIL); not how much of the GPU was busy: see devctl_gpu_sm_active_ratio where GPM serves it.", GPU, "nvml"),
     MetricSpec("devctl_gpu_memory_utilization_ratio", "gauge", "Share of the last sample period device memory was read or written (NVML).", GPU, "nvml"),
     MetricSpec("devctl_gpu_temperature_celsius", "gauge", "GPU temperature (NVML).", GPU, "nvml"),
     MetricSpec("devctl_gpu_power_watts", "gauge", "GPU power draw (NVML).", GPU, "nvml"),
@@ -70,9 +74,26 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("devctl_gpu_remapped_rows_uncorrectable", "gauge", "Rows remapped for uncorrectable errors (Ampere and newer).", GPU, "nvml"),
     MetricSpec("devctl_gpu_throttle_active", "gauge", "1 for each thermal or power slowdown active now, by NVML's name.", (*GPU, "reason"), "nvml"),
     MetricSpec("devctl_gpu_process_memory_used_bytes", "gauge", "GPU memory of one process, as NVML attributes it (--per-process only: host pids).", (*GPU, *PROCESS), "nvml"),
+    # Which units of a GPU were busy, from NVML's GPM counters (Hopper and newer), over the window between two scrapes.
+    MetricSpec("devctl_gpu_sm_active_ratio", "gauge", "Share of the window's cycles an SM had a warp resident, averaged over the SMs (NVML GPM SM_UTIL; DCGM_FI_PROF_SM_ACTIVE).", GPU_BUSY, "gpm"),
+    MetricSpec("devctl_gpu_sm_occupancy_ratio", "gauge", "Warps resident on the SMs, of the most they hold, over the window (NVML GPM SM_OCCUPANCY; DCGM_FI_PROF_SM_OCCUPANCY).", GPU_BUSY, "gpm"),
+    MetricSpec("devctl_gpu_tensor_active_ratio", "gauge", "Share of the window's cycles any tensor pipe was busy (NVML GPM ANY_TENSOR_UTIL; DCGM_FI_PROF_PIPE_TENSOR_ACTIVE).", GPU_BUSY, "gpm"),
+    MetricSpec("devctl_gpu_dram_active_ratio", "gauge", "Share of the window's cycles device memory was sending or receiving data: bandwidth used of the peak (NVML GPM DRAM_BW_UTIL; DCGM_FI_PROF_DRAM_ACTIVE).", GPU_BUSY, "gpm"),
+    MetricSpec("devctl_gpu_gr_engine_active_ratio", "gauge", "Share of the window a graphics or compute engine was busy (NVML GPM GRAPHICS_UTIL; DCGM_FI_PROF_GR_ENGINE_ACTIVE).", GPU_BUSY, "gpm"),
+    MetricSpec("devctl_gpu_pcie_transmit_bytes_per_second", "gauge", "PCIe bytes per second from the GPU, over the window (NVML GPM PCIE_TX_PER_SEC; DCGM_FI_PROF_PCIE_TX_BYTES).", GPU_BUSY, "gpm"),
+    MetricSpec("devctl_gpu_pcie_receive_bytes_per_second", "gauge", "PCIe bytes per second into the GPU, over the window (NVML GPM PCIE_RX_PER_SEC; DCGM_FI_PROF_PCIE_RX_BYTES).", GPU_BUSY, "gpm"),
+    MetricSpec("devctl_gpu_nvlink_transmit_bytes_per_second", "gauge", "NVLink bytes per second out of the GPU, all links, over the window (NVML GPM NVLINK_TOTAL_TX_PER_SEC; DCGM_FI_PROF_NVLINK_TX_BYTES).", GPU_BUSY, "gpm"),
+    MetricSpec("devctl_gpu_nvlink_receive_bytes_per_second", "gauge", "NVLink bytes per second into the GPU, all links, over the window (NVML GPM NVLINK_TOTAL_RX_PER_SEC; DCGM_FI_PROF_NVLINK_RX_BYTES).", GPU_BUSY, "gpm"),
+    MetricSpec("devctl_gpu_busy_window_seconds", "gauge", "Seconds the GPM figures of this scrape cover: since the previous scrape (the first scrape and --once: a 0.2 s window).", GPU, "gpm"),
     # TPU chips, from PCI and /dev.
     MetricSpec("devctl_tpu_chip_hbm_bytes", "gauge", "HBM of a TPU chip, from its version's table.", ("chip", "version", "pci_address"), "tpu"),
     MetricSpec("devctl_tpu_chip_holder", "gauge", "Processes of a program that hold a TPU chip's device path (1 per series with --per-process).", ("chip", "version", *PROCESS), "tpu"),
+    # What libtpu says of each chip, asked of the process that holds it (its runtime metrics service; no publish() needed).
+    MetricSpec("devctl_tpu_hbm_used_bytes", "gauge", "HBM in use on a TPU chip, as libtpu in the process holding it says (tpu.runtime.hbm.memory.usage.bytes, the chip's TensorCores summed).", TPU_CHIP, "tpu_runtime"),
+    MetricSpec("devctl_tpu_hbm_total_bytes", "gauge", "HBM of a TPU chip, as libtpu in the process holding it says (tpu.runtime.hbm.memory.total.bytes).", TPU_CHIP, "tpu_runtime"),
+    MetricSpec("devctl_tpu_duty_cycle_ratio", "gauge", "Share of libtpu's last sample period the chip's TensorCores were busy (tpu.runtime.tensorcore.dutycycle.percent / 100).", TPU_CHIP, "tpu_runtime"),
+    MetricSpec("devctl_tpu_hbm_bandwidth_utilization_ratio", "gauge", "HBM bandwidth used of the chip's peak (tpu.runtime.hbm.utilization.percent / 100; newer libtpu only).", TPU_CHIP, "tpu_runtime"),
+    MetricSpec("devctl_tpu_tensorcore_utilization_ratio", "gauge", "TensorCore utilization of the chip, its cores averaged (libtpu.sdk tensorcore_util / 100; only where libtpu is installed beside devctl and the host's TPU daemon answers).", TPU_CHIP, "tpu_runtime"),
     # The host.
     MetricSpec("devctl_headroom_bytes", "gauge", "The least memory a new JAX process (a device's usable memory) or a running job (its limit less its peak, bounded by the driver's free memory) can still get, and where.", ("where",), "publishers"),
     MetricSpec("devctl_host_memory_total_bytes", "gauge", "Host RAM (/proc/meminfo MemTotal).", (), "host"),
@@ -81,10 +102,10 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("devctl_host_shm_used_bytes", "gauge", "Bytes used in /dev/shm.", (), "host"),
     # The exporter itself.
     MetricSpec("devctl", "info", "Versions of devctl, jax, jaxlib, the PJRT plugins and the NVIDIA driver.", ("devctl", "jax", "jaxlib", "plugins", "driver"), "versions"),
-    MetricSpec("devctl_collect_success", "gauge", "1 when a source answered in this scrape, 0 when it failed or timed out (its metrics are then absent, not zero).", ("source",)),
+    MetricSpec("devctl_collect_success", "gauge", "1 when a source answered in this scrape, 0 when it failed or timed out (what it could not read is then absent, not zero).", ("source",)),
     MetricSpec("devctl_collect_duration_seconds", "gauge", "Seconds a source took in this scrape (the timeout when it did not answer).", ("source",)),
 )
-SOURCES: tuple[str, ...] = ("publishers", "probe", "nvml", "tpu", "host", "versions")
+SOURCES: tuple[str, ...] = ("publishers", "probe", "nvml", "gpm", "tpu", "tpu_runtime", "host", "versions")
 
 
 def exported_names() -> set[str]:
