@@ -98,6 +98,18 @@ def test_a_platform_asked_for_that_does_not_start_exits_1_and_names_the_flag():
     assert run_json("list", "--platform", "cpu", env=env)["platforms"] == ["cpu"]
 
 
+def test_a_pjrt_c_api_version_of_0_0_is_no_version():
+    """jaxlib 0.12's CPU client reports 0.0 (a placeholder: it has no C API); a plugin's real version is kept
+    (tests/test_oracle_heavy.py runs jaxlib 0.12 itself)."""
+    from types import SimpleNamespace
+
+    from devctl.probe.backends import pjrt_c_api_version
+
+    assert pjrt_c_api_version(SimpleNamespace(pjrt_c_api_major_version=0, pjrt_c_api_minor_version=0)) is None
+    assert pjrt_c_api_version(SimpleNamespace()) is None
+    assert pjrt_c_api_version(SimpleNamespace(pjrt_c_api_major_version=0, pjrt_c_api_minor_version=75)) == {"major": 0, "minor": 75}
+
+
 def test_jax_platforms_env_is_honoured():
     doc = run_json("list", env=devctl_env(devices=2, JAX_PLATFORMS="cpu"))
     assert [b["platform"] for b in doc["backends"]] == ["cpu"]
