@@ -122,6 +122,33 @@ def test_a_real_out_of_memory_leaves_a_postmortem_naming_the_request_and_the_hol
     assert any(f"job {job.pid} " in line and "RESOURCE_EXHAUSTED" in line for line in doctor["overview"]["sees"]), doctor["overview"]
 
 
+def test_a_job_has_one_name_in_every_view(tmp_path, runtime):
+    """A `python -c` job is `python -c` in memstats' table, --top's header, its post-mortem line and doctor's (the
+    job answered sys.argv, `-c`, and was `(-c)` there); --json keeps the whole command line."""
+    import posixpath
+
+    program = f"{posixpath.basename(sys.executable)} -c"
+    env = devctl_env(1, DEVCTL_RUNTIME_DIR=str(runtime))
+    job = PublishingJob(tmp_path, runtime, JOB, inline=True)
+    try:
+        table = run_devctl("memstats", env=env, cwd=tmp_path)
+        assert table.returncode == 0, table.stderr
+        rows = [line for line in table.stdout.splitlines() if line.lstrip().startswith(f"{job.pid} ")]
+        assert rows and all(line.rstrip().endswith(f"  {program}") for line in rows), table.stdout
+        top = run_devctl("memstats", "--pid", str(job.pid), "--top", "1", env=env, cwd=tmp_path)
+        assert top.stdout.startswith(f"job {job.pid} ({program}) on "), top.stdout
+        doc = json.loads(run_devctl("memstats", "--pid", str(job.pid), "--top", "1", "--json", env=env, cwd=tmp_path).stdout)
+        assert doc["command"][:2] == [sys.executable, "-c"] and "devctl.publish" in doc["command"][2], doc["command"]
+    finally:
+        job.stop()
+    job = PublishingJob(tmp_path, runtime, JOB, "oom", inline=True)
+    job.proc.communicate(timeout=120)
+    proc = run_devctl("memstats", "--postmortem", env=env)
+    assert f"job {job.pid} ({program}) ran out of memory at " in proc.stdout, proc.stdout
+    doctor = json.loads(run_devctl("doctor", "--json", env=env, timeout=300).stdout)
+    assert any(f"job {job.pid} ({program}) died" in line for line in doctor["overview"]["sees"]), doctor["overview"]
+
+
 def test_a_postmortem_of_an_older_devctl_is_read_with_its_request(runtime):
     """The H200's (reference/h200-observations.md section 5) as devctl 3e600fb wrote it, which did not read the
     request: the reader reads it from the error. (What it held is the file's: the 4 TiB array was counted then.)"""

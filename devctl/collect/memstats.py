@@ -138,8 +138,9 @@ class MemstatsSampler:
         """A job that published in the last sample and not in this one: exited (its snapshot was removed), or
         alive with a snapshot too old to show. Said once, in the sample where it goes."""
         from devctl.discovery.procs import pid_alive
+        from devctl.text import program_name
 
-        now = {p.pid: " ".join(p.command) or "?" for p in publishers}
+        now = {p.pid: program_name(p.command) for p in publishers}
         gone = []
         for pid, command in self.jobs.items():
             if pid not in now:

@@ -64,9 +64,9 @@ def _site_columns():
 
 def render_top(report: TopReport) -> None:
     from devctl.render.console import print_table, say
-    from devctl.text import printable
+    from devctl.text import program_name
 
-    job = printable(" ".join(report.command), 120)
+    job = program_name(report.command)
     say(f"job {report.pid} ({job}) on {report.hostname}: {report.total_arrays} live arrays, {format_bytes(report.total_bytes)}")
     print_table(_array_columns(), _array_rows(report.arrays), title=f"the {len(report.arrays)} largest")
     print_table(_site_columns(), _site_rows(report.sites[:20]), title="by the line that created them")
@@ -94,14 +94,14 @@ def _postmortem(pm: PostMortem) -> None:
     import time
 
     from devctl.render.console import print_table, say
-    from devctl.text import printable
+    from devctl.text import printable, program_name
 
     try:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(pm.timestamp))
     except (OverflowError, OSError, ValueError):  # the reader refuses such a time; a report built elsewhere may not
         when = "an unknown time"
     asked = f", {text}" if (text := requested_text(pm)) else ""
-    say(f"job {pm.pid} ({printable(' '.join(pm.command), 120)}) ran out of memory at {when}{asked}")
+    say(f"job {pm.pid} ({program_name(pm.command)}) ran out of memory at {when}{asked}")
     say(f"error: {printable(pm.error, 1000)}", hang="  ")
     for d in pm.devices:
         stats = d.memory_stats or {}

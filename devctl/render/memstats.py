@@ -13,7 +13,7 @@ import time
 from collections import defaultdict, deque
 
 from devctl.render.console import Column, print_lines, table_lines, wrap
-from devctl.text import printable
+from devctl.text import printable, program_name
 from devctl.units import format_bytes
 
 _SPARK = "▁▂▃▄▅▆▇█"
@@ -81,7 +81,7 @@ def process_table(snapshot) -> tuple[list[Column], list[list[str]]]:
     ]  # fmt: skip
     rows = []
     for p in snapshot.processes:
-        command = p.command or "-"
+        command = program_name(p.command) if p.command else "-"  # the full command line stays in --json
         if not p.pid_visible:
             command = "(a pid in another pid namespace: user and command unknown)"
         rows.append(_cells(
@@ -130,7 +130,7 @@ def holders_of(snapshot, key: str | None, most: int = 3) -> str:
     said = []
     for p in procs[:most]:
         who = f"pid {p.pid}" + (f" ({p.user})" if p.user else "")
-        what = f": {printable(p.command, 60)}" if p.command and p.pid_visible else ""
+        what = f": {program_name(p.command)}" if p.command and p.pid_visible else ""
         said.append(f"{who} holds {format_bytes(p.used_bytes)}{what}")
     if len(procs) > most:
         said.append(f"{len(procs) - most} more")
@@ -140,7 +140,7 @@ def holders_of(snapshot, key: str | None, most: int = 3) -> str:
 def leak_line(leak) -> str:
     """'job 42 (train.py) may leak: live arrays 120 -> 180, 1.2 GiB -> 1.8 GiB over 10 samples, never falling; growing
     at train.py:88 (+60 arrays, +600.0 MiB)'."""
-    grew = f"job {leak.pid} ({leak.command}) may leak: live arrays {leak.arrays_from} -> {leak.arrays_to}, " \
+    grew = f"job {leak.pid} ({program_name(leak.command)}) may leak: live arrays {leak.arrays_from} -> {leak.arrays_to}, " \
            f"{format_bytes(leak.bytes_from)} -> {format_bytes(leak.bytes_to)} over {leak.samples} samples, never falling"
     if leak.growing_sites:
         sites = "; ".join(f"{g.site or '(no traceback)'} ({g.arrays:+d} arrays, +{format_bytes(g.nbytes)})" for g in leak.growing_sites[:3])
