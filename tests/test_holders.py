@@ -91,6 +91,7 @@ def test_top_names_the_largest_arrays_with_the_lines_that_created_them(tmp_path,
         assert table.returncode == 0, table.stderr
         assert f"job {job.pid} (" in table.stdout and "8 live arrays, 18.0 MiB" in table.stdout
         assert site("big", "<module>") in table.stdout and "by the line that created them" in table.stdout
+        assert f" ({8 * MIB},) " in table.stdout, table.stdout  # a 1-D shape as Python prints it, not "8388608"
         assert not list(runtime.glob("*.top*")), list(runtime.iterdir())
         # --pprof: the job's own device memory profile, gzipped protobuf as pprof reads it.
         profile = tmp_path / "job.pprof"
@@ -120,6 +121,12 @@ def test_a_real_out_of_memory_leaves_a_postmortem_naming_the_request_and_the_hol
     assert proc.returncode == 0 and f"job {job.pid} (" in proc.stdout and "asking for 4.0 TiB\n" in proc.stdout, proc.stdout
     doctor = json.loads(run_devctl("doctor", "--json", env=env, timeout=300).stdout)
     assert any(f"job {job.pid} " in line and "RESOURCE_EXHAUSTED" in line for line in doctor["overview"]["sees"]), doctor["overview"]
+
+
+def test_a_shape_reads_as_python_prints_it():
+    from devctl.render.holders import shape_text
+
+    assert [shape_text(s) for s in ((16777216,), (), (2, 3), [256, 1024])] == ["(16777216,)", "()", "(2, 3)", "(256, 1024)"]
 
 
 def test_a_job_has_one_name_in_every_view(tmp_path, runtime):

@@ -12,10 +12,15 @@ from devctl.units import format_bytes
 
 def _array_rows(arrays: tuple[HeldArray, ...]) -> list[list[str]]:
     return [
-        [format_bytes(a.nbytes), "x".join(map(str, a.shape)) or "scalar", a.dtype, devices_text(a.devices), a.memory_kind or "-",
+        [format_bytes(a.nbytes), shape_text(a.shape), a.dtype, devices_text(a.devices), a.memory_kind or "-",
          a.site or "(no traceback)", a.sharding]
         for a in arrays
     ]  # fmt: skip
+
+
+def shape_text(shape) -> str:
+    """A shape as Python and JAX print it: `(16777216,)`, `(2, 3)`, `()` for a scalar."""
+    return str(tuple(shape))
 
 
 def devices_text(devices: tuple[str, ...]) -> str:
@@ -140,6 +145,6 @@ def csv_rows(report: Any) -> tuple[list[str], list[list]]:
     else:
         reports = [report] if isinstance(report, TopReport) else list(report.postmortems)
         found = [(r.hostname, None, r.pid, a) for r in reports for a in r.arrays]
-    rows = [[host, index, pid, a.nbytes, "x".join(map(str, a.shape)), a.dtype, " ".join(a.devices), a.memory_kind, a.site, a.sharding]
+    rows = [[host, index, pid, a.nbytes, shape_text(a.shape), a.dtype, " ".join(a.devices), a.memory_kind, a.site, a.sharding]
             for host, index, pid, a in found]  # fmt: skip
     return header, rows
