@@ -129,6 +129,24 @@ def test_a_shape_reads_as_python_prints_it():
     assert [shape_text(s) for s in ((16777216,), (), (2, 3), [256, 1024])] == ["(16777216,)", "()", "(2, 3)", "(256, 1024)"]
 
 
+def test_counts_read_right_in_one_and_many(capsys):
+    """`1 live array` and `the largest`, not `1 live arrays` and `the 1 largest`."""
+    from devctl.model.holders import HeldArray, SiteTotal, TopReport
+    from devctl.render.holders import render_top
+    from devctl.units import counted
+
+    assert [counted(n, "live array") for n in (0, 1, 2)] == ["0 live arrays", "1 live array", "2 live arrays"]
+    assert counted(1, "process", "processes") == "1 process" and counted(3, "process", "processes") == "3 processes"
+    one = HeldArray(nbytes=64 * MIB, shape=(16777216,), dtype="float32", sharding="SingleDeviceSharding", memory_kind="device",
+                    devices=("cpu:0",), site="job.py:5 (<module>)")  # fmt: skip
+    report = TopReport(schema="devctl.memstats.top/1", pid=7, command=("python", "job.py"), hostname="h", timestamp=0.0,
+                       total_arrays=1, total_bytes=64 * MIB, arrays=(one,), sites=(SiteTotal("job.py:5 (<module>)", 1, 64 * MIB),))  # fmt: skip
+    render_top(report)
+    out = capsys.readouterr().out
+    assert out.startswith("job 7 (job.py) on h: 1 live array, 64.0 MiB\nthe largest\n"), out
+    assert "(16777216,)" in out
+
+
 def test_a_job_has_one_name_in_every_view(tmp_path, runtime):
     """A `python -c` job is `python -c` in memstats' table, --top's header, its post-mortem line and doctor's (the
     job answered sys.argv, `-c`, and was `(-c)` there); --json keeps the whole command line."""

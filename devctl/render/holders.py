@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.holders import FleetTopReport, HeldArray, PostMortem, PostMortemReport, SiteTotal, TopReport, requested_text
-from devctl.units import format_bytes
+from devctl.units import counted, format_bytes
 
 
 def _array_rows(arrays: tuple[HeldArray, ...]) -> list[list[str]]:
@@ -16,6 +16,11 @@ def _array_rows(arrays: tuple[HeldArray, ...]) -> list[list[str]]:
          a.site or "(no traceback)", a.sharding]
         for a in arrays
     ]  # fmt: skip
+
+
+def _largest(n: int) -> str:
+    """A title over the N largest arrays: 'the 5 largest', and 'the largest' for one."""
+    return "the largest" if n == 1 else f"the {n} largest"
 
 
 def shape_text(shape) -> str:
@@ -72,11 +77,11 @@ def render_top(report: TopReport) -> None:
     from devctl.text import program_name
 
     job = program_name(report.command)
-    say(f"job {report.pid} ({job}) on {report.hostname}: {report.total_arrays} live arrays, {format_bytes(report.total_bytes)}")
-    print_table(_array_columns(), _array_rows(report.arrays), title=f"the {len(report.arrays)} largest")
+    say(f"job {report.pid} ({job}) on {report.hostname}: {counted(report.total_arrays, 'live array')}, {format_bytes(report.total_bytes)}")
+    print_table(_array_columns(), _array_rows(report.arrays), title=_largest(len(report.arrays)))
     print_table(_site_columns(), _site_rows(report.sites[:20]), title="by the line that created them")
     if len(report.sites) > 20:
-        say(f"(and {len(report.sites) - 20} more lines; --json has them all)")
+        say(f"(and {counted(len(report.sites) - 20, 'more line')}; --json has them all)")
     if report.note:
         say(f"note: {report.note}")
     say(f"answered by the job in {report.cost_s * 1000:.1f} ms of its CPU")
@@ -90,7 +95,7 @@ def render_postmortems(report: PostMortemReport) -> None:
     for pm in report.postmortems[:3]:
         _postmortem(pm)
     if len(report.postmortems) > 3:
-        say(f"(and {len(report.postmortems) - 3} older post-mortems; --json has them all)")
+        say(f"(and {counted(len(report.postmortems) - 3, 'older post-mortem')}; --json has them all)")
     for problem in report.problems:
         say(f"problem: {problem}")
 
@@ -113,7 +118,7 @@ def _postmortem(pm: PostMortem) -> None:
         if stats:
             say(f"{d.device}: {format_bytes(stats.get('bytes_in_use'))} in use of {format_bytes(stats.get('bytes_limit'))}, "
                 f"peak {format_bytes(stats.get('peak_bytes_in_use'))}", indent="  ")  # fmt: skip
-    say(f"it held {pm.total_arrays} live arrays, {format_bytes(pm.total_bytes)}:")
+    say(f"it held {counted(pm.total_arrays, 'live array')}, {format_bytes(pm.total_bytes)}:")
     print_table(_array_columns(), _array_rows(pm.arrays[:10]))
     print_table(_site_columns(), _site_rows(pm.sites[:10]), title="by the line that created them")
     if pm.path:
@@ -124,10 +129,11 @@ def render_fleet(report: FleetTopReport) -> None:
     from devctl.render.console import Column, print_table, say
 
     jobs = sum(len(p.tops) for p in report.processes)
-    say(f"{len(report.processes)} processes, {jobs} publishing jobs: {report.total_arrays} live arrays, {format_bytes(report.total_bytes)}")
+    say(f"{counted(len(report.processes), 'process', 'processes')}, {counted(jobs, 'publishing job')}: "
+        f"{counted(report.total_arrays, 'live array')}, {format_bytes(report.total_bytes)}")
     columns = [Column("host", priority=3), Column("process", justify="right", short="proc"), Column("pid", justify="right"), *_array_columns()]
     rows = [[a.hostname, str(a.process_index), str(a.pid), *row] for a, row in zip(report.arrays, _array_rows(tuple(a.array for a in report.arrays)))]
-    print_table(columns, rows, title=f"the {len(report.arrays)} largest in the cluster")
+    print_table(columns, rows, title=f"{_largest(len(report.arrays))} in the cluster")
     site_columns = [Column("allocated at"), Column("jobs", justify="right"), Column("arrays", justify="right"), Column("bytes", justify="right")]
     print_table(site_columns, [[s.site or "(no traceback)", str(s.jobs), str(s.arrays), format_bytes(s.nbytes)] for s in report.sites[:20]],
                 title="by the line that created them, over every job")  # fmt: skip

@@ -143,7 +143,7 @@ def leak_line(leak) -> str:
     grew = f"job {leak.pid} ({program_name(leak.command)}) may leak: live arrays {leak.arrays_from} -> {leak.arrays_to}, " \
            f"{format_bytes(leak.bytes_from)} -> {format_bytes(leak.bytes_to)} over {leak.samples} samples, never falling"
     if leak.growing_sites:
-        sites = "; ".join(f"{g.site or '(no traceback)'} ({g.arrays:+d} arrays, +{format_bytes(g.nbytes)})" for g in leak.growing_sites[:3])
+        sites = "; ".join(f"{g.site or '(no traceback)'} ({g.arrays:+d} {'array' if abs(g.arrays) == 1 else 'arrays'}, +{format_bytes(g.nbytes)})" for g in leak.growing_sites[:3])
         return f"{grew}; growing at {sites}"
     return f"{grew}; {leak.sites_note}" if leak.sites_note else grew
 
