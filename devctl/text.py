@@ -10,31 +10,6 @@ from typing import Sequence
 PROGRAM_CHARS = 120
 
 
-def printable(text: str, limit: int | None = None) -> str:
-    """`text` safe to print on a terminal, at most `limit` characters (then '…').
-
-    A snapshot's command line, a process's command, a name read from sysfs or a
-    --host-root tree, an error from a plugin: all are written by someone else,
-    and an escape sequence or a newline in them would redraw the user's terminal
-    or forge an output line. Every character that is not printable (C0/C1
-    controls, DEL, bidi overrides, zero-width and line separators) is shown as a
-    Python-style escape instead, so the text stays readable and inert.
-    """
-    cut = limit is not None and len(text) > limit
-    if limit is not None:
-        text = text[:limit]  # before escaping: a megabyte of text costs no more than `limit` characters
-    if not text.isprintable():
-        text = "".join(c if c.isprintable() else _escape(c) for c in text)
-    if limit is None or (not cut and len(text) <= limit):
-        return text
-    return text[: max(limit - 1, 0)] + "…"
-
-
-def _escape(c: str) -> str:
-    n = ord(c)
-    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
-
-
 _PYTHON = re.compile(r"^(?:python|pypy)[0-9.]*[dmt]?$")
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
@@ -82,3 +57,28 @@ def program_name(argv: Sequence[str] | str | None) -> str:
     if argv[i] == "-":
         return printable(f"{exe} -", PROGRAM_CHARS)
     return printable(posixpath.basename(argv[i].rstrip("/")) or exe, PROGRAM_CHARS)
+
+
+def printable(text: str, limit: int | None = None) -> str:
+    """`text` safe to print on a terminal, at most `limit` characters (then '…').
+
+    A snapshot's command line, a process's command, a name read from sysfs or a
+    --host-root tree, an error from a plugin: all are written by someone else,
+    and an escape sequence or a newline in them would redraw the user's terminal
+    or forge an output line. Every character that is not printable (C0/C1
+    controls, DEL, bidi overrides, zero-width and line separators) is shown as a
+    Python-style escape instead, so the text stays readable and inert.
+    """
+    cut = limit is not None and len(text) > limit
+    if limit is not None:
+        text = text[:limit]  # before escaping: a megabyte of text costs no more than `limit` characters
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else _escape(c) for c in text)
+    if limit is None or (not cut and len(text) <= limit):
+        return text
+    return text[: max(limit - 1, 0)] + "…"
+
+
+def _escape(c: str) -> str:
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
