@@ -41,13 +41,14 @@ def has_capability(bit: int, status_text: str | None = None) -> bool | None:
 
 def why_uninspectable(count: int, euid: int | None = None, can_ptrace: bool | None = None) -> str:
     """Why `count` processes' open files could not be read, and what would let devctl read them."""
+    who = f"{count} process" if count == 1 else f"{count} processes"
     if not is_root(euid):
-        return f"{count} processes could not be inspected (run as root)"
+        return f"{who} could not be inspected (run as root)"
     can_ptrace = has_capability(CAP_SYS_PTRACE) if can_ptrace is None else can_ptrace
     if can_ptrace is False:
         # Root without CAP_SYS_PTRACE (Docker's default set lacks it) cannot read other users' /proc/<pid>/fd.
-        return f"{count} processes could not be inspected: devctl runs as root but without CAP_SYS_PTRACE (add it: docker run --cap-add SYS_PTRACE)"
-    return f"{count} processes could not be inspected even as root with CAP_SYS_PTRACE: they belong to an outer user namespace (a sandbox's or VM agent's init)"
+        return f"{who} could not be inspected: devctl runs as root but without CAP_SYS_PTRACE (add it: docker run --cap-add SYS_PTRACE)"
+    return f"{who} could not be inspected even as root with CAP_SYS_PTRACE: {'it belongs' if count == 1 else 'they belong'} to an outer user namespace (a sandbox's or VM agent's init)"
 
 
 def inspect_fix(path: str, euid: int | None = None, can_ptrace: bool | None = None) -> str:

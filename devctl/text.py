@@ -2,6 +2,62 @@
 
 from __future__ import annotations
 
+import re
+from typing import Sequence
+
+# A program's name, wherever devctl names a job: the exporter's `program` label, memstats' tables and problem lines,
+# --top's header, the post-mortems and doctor's line for them.
+PROGRAM_CHARS = 120
+
+
+_PYTHON = re.compile(r"^(?:python|pypy)[0-9.]*[dmt]?$")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+def program_name(argv: Sequence[str] | str | None) -> str:
+    """A process's program, the one name devctl gives a job: the script's base name (`train.py`), `python -m module`,
+    `python -c`, or the executable's base name; never an argument, which may be a secret and changes from run to
+    run. A command line already joined into one string is split at spaces (a path with a space is cut short)."""
+    import posixpath
+
+    if isinstance(argv, str):
+        argv = argv.split()
+    argv = list(argv or ())
+    if argv and argv[0] in ("-c", "-m"):
+        # sys.argv without the interpreter, as jobs with an older devctl answer --top: `python -c` says "-c".
+        argv = ["python", *argv]
+    exe = posixpath.basename(argv[0]) if argv else ""
+    if not exe:
+        return "?"
+    if not _PYTHON.match(exe):
+        return printable(exe, PROGRAM_CHARS)
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        if arg.startswith("--"):  # --check-hash-based-pycs is the long option that takes a value
+            i += 2 if arg == "--check-hash-based-pycs" else 1
+            continue
+        if not arg.startswith("-") or arg == "-":
+            break
+        for j, flag in enumerate(arg[1:], start=1):  # -uBm mod: flags joined, the last may take a value
+            value = arg[j + 1 :] or (argv[i + 1] if i + 1 < len(argv) else "")
+            if flag == "c":
+                return printable(f"{exe} -c", PROGRAM_CHARS)
+            if flag == "m":
+                return printable(f"{exe} -m {value if _MODULE.match(value) else '?'}", PROGRAM_CHARS)
+            if flag in "WX":
+                i += 0 if arg[j + 1 :] else 1
+                break
+        i += 1
+    if i >= len(argv):
+        return printable(exe, PROGRAM_CHARS)
+    if argv[i] == "-":
+        return printable(f"{exe} -", PROGRAM_CHARS)
+    return printable(posixpath.basename(argv[i].rstrip("/")) or exe, PROGRAM_CHARS)
+
 
 def printable(text: str, limit: int | None = None) -> str:
     """`text` safe to print on a terminal, at most `limit` characters (then '…').

@@ -129,3 +129,8 @@ def digits(value: float | None) -> int:
     if value >= 10:
         return 1
     return 3 if value < 1 else 2
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """A count with its noun, singular or plural as English has it: '1 live array', '3 live arrays', '1 process'."""
+    return f"{n} {one if n == 1 else many or one + 's'}"

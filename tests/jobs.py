@@ -14,11 +14,13 @@ from test_monitor import START_TIMEOUT_S, _readline, foreground
 
 
 class PublishingJob:
-    def __init__(self, tmp_path: Path, runtime: Path, source: str, *args: str, name: str = "job.py", devices: int = 4):
+    def __init__(self, tmp_path: Path, runtime: Path, source: str, *args: str, name: str = "job.py", devices: int = 4, inline: bool = False):
+        """inline: run the source as `python -c SOURCE ARGS` rather than as the script `name`."""
         self.script = tmp_path / name
         self.script.write_text(source)
         env = devctl_env(devices, DEVCTL_RUNTIME_DIR=str(runtime))
-        self.proc = subprocess.Popen(foreground([sys.executable, str(self.script), *args]), env=env, cwd=tmp_path,
+        argv = [sys.executable, "-c", source, *args] if inline else [sys.executable, str(self.script), *args]
+        self.proc = subprocess.Popen(foreground(argv), env=env, cwd=tmp_path,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         self.first = json.loads(_readline(self.proc, START_TIMEOUT_S))
 

@@ -359,10 +359,12 @@ def test_exporter_help_imports_nothing_heavy():
         (["python", "-m", "$(rm -rf /)"], "python -m ?"),
         (["python", "job\x1b[2J.py"], "job\\x1b[2J.py"),
         ([], "?"),
+        (["-c", "import jax"], "python -c"),  # sys.argv, as jobs of an older devctl answer --top
+        ("/venv/bin/python3 -u train.py --lr 3e-4", "train.py"),  # a command line already joined (memstats' rows)
     ],
 )
 def test_the_program_label_is_a_base_name_never_an_argument(argv, program):
-    from devctl.collect.exporter import program_name
+    from devctl.text import program_name
 
     assert program_name(argv) == program
 

@@ -272,7 +272,7 @@ def test_lockfile_unknown_when_some_processes_are_uninspectable(tmp_path):
     h.lockfile()
     h.process(4300, ["python", "job.py"], uid=0, fds_readable=False)
     report = tpu.tpu_info(h.root, environ={})
-    assert report.lockfile.state == "unknown" and "1 processes could not be inspected" in report.lockfile.reason
+    assert report.lockfile.state == "unknown" and "1 process could not be inspected" in report.lockfile.reason
     assert report.uninspectable_processes == 1
 
 

@@ -91,6 +91,7 @@ def test_top_names_the_largest_arrays_with_the_lines_that_created_them(tmp_path,
         assert table.returncode == 0, table.stderr
         assert f"job {job.pid} (" in table.stdout and "8 live arrays, 18.0 MiB" in table.stdout
         assert site("big", "<module>") in table.stdout and "by the line that created them" in table.stdout
+        assert f" ({8 * MIB},) " in table.stdout, table.stdout  # a 1-D shape as Python prints it, not "8388608"
         assert not list(runtime.glob("*.top*")), list(runtime.iterdir())
         # --pprof: the job's own device memory profile, gzipped protobuf as pprof reads it.
         profile = tmp_path / "job.pprof"
@@ -120,6 +121,57 @@ def test_a_real_out_of_memory_leaves_a_postmortem_naming_the_request_and_the_hol
     assert proc.returncode == 0 and f"job {job.pid} (" in proc.stdout and "asking for 4.0 TiB\n" in proc.stdout, proc.stdout
     doctor = json.loads(run_devctl("doctor", "--json", env=env, timeout=300).stdout)
     assert any(f"job {job.pid} " in line and "RESOURCE_EXHAUSTED" in line for line in doctor["overview"]["sees"]), doctor["overview"]
+
+
+def test_a_shape_reads_as_python_prints_it():
+    from devctl.render.holders import shape_text
+
+    assert [shape_text(s) for s in ((16777216,), (), (2, 3), [256, 1024])] == ["(16777216,)", "()", "(2, 3)", "(256, 1024)"]
+
+
+def test_counts_read_right_in_one_and_many(capsys):
+    """`1 live array` and `the largest`, not `1 live arrays` and `the 1 largest`."""
+    from devctl.model.holders import HeldArray, SiteTotal, TopReport
+    from devctl.render.holders import render_top
+    from devctl.units import counted
+
+    assert [counted(n, "live array") for n in (0, 1, 2)] == ["0 live arrays", "1 live array", "2 live arrays"]
+    assert counted(1, "process", "processes") == "1 process" and counted(3, "process", "processes") == "3 processes"
+    one = HeldArray(nbytes=64 * MIB, shape=(16777216,), dtype="float32", sharding="SingleDeviceSharding", memory_kind="device",
+                    devices=("cpu:0",), site="job.py:5 (<module>)")  # fmt: skip
+    report = TopReport(schema="devctl.memstats.top/1", pid=7, command=("python", "job.py"), hostname="h", timestamp=0.0,
+                       total_arrays=1, total_bytes=64 * MIB, arrays=(one,), sites=(SiteTotal("job.py:5 (<module>)", 1, 64 * MIB),))  # fmt: skip
+    render_top(report)
+    out = capsys.readouterr().out
+    assert out.startswith("job 7 (job.py) on h: 1 live array, 64.0 MiB\nthe largest\n"), out
+    assert "(16777216,)" in out
+
+
+def test_a_job_has_one_name_in_every_view(tmp_path, runtime):
+    """A `python -c` job is `python -c` in memstats' table, --top's header, its post-mortem line and doctor's (the
+    job answered sys.argv, `-c`, and was `(-c)` there); --json keeps the whole command line."""
+    import posixpath
+
+    program = f"{posixpath.basename(sys.executable)} -c"
+    env = devctl_env(1, DEVCTL_RUNTIME_DIR=str(runtime))
+    job = PublishingJob(tmp_path, runtime, JOB, inline=True)
+    try:
+        table = run_devctl("memstats", env=env, cwd=tmp_path)
+        assert table.returncode == 0, table.stderr
+        rows = [line for line in table.stdout.splitlines() if line.lstrip().startswith(f"{job.pid} ")]
+        assert rows and all(line.rstrip().endswith(f"  {program}") for line in rows), table.stdout
+        top = run_devctl("memstats", "--pid", str(job.pid), "--top", "1", env=env, cwd=tmp_path)
+        assert top.stdout.startswith(f"job {job.pid} ({program}) on "), top.stdout
+        doc = json.loads(run_devctl("memstats", "--pid", str(job.pid), "--top", "1", "--json", env=env, cwd=tmp_path).stdout)
+        assert doc["command"][:2] == [sys.executable, "-c"] and "devctl.publish" in doc["command"][2], doc["command"]
+    finally:
+        job.stop()
+    job = PublishingJob(tmp_path, runtime, JOB, "oom", inline=True)
+    job.proc.communicate(timeout=120)
+    proc = run_devctl("memstats", "--postmortem", env=env)
+    assert f"job {job.pid} ({program}) ran out of memory at " in proc.stdout, proc.stdout
+    doctor = json.loads(run_devctl("doctor", "--json", env=env, timeout=300).stdout)
+    assert any(f"job {job.pid} ({program}) died" in line for line in doctor["overview"]["sees"]), doctor["overview"]
 
 
 def test_a_postmortem_of_an_older_devctl_is_read_with_its_request(runtime):

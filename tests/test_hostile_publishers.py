@@ -332,7 +332,7 @@ def test_control_characters_in_a_snapshot_never_reach_the_terminal(runtime_dir, 
         f"{job.pid}.json",
         snapshot(
             job.pid,
-            command=["python", "train.py", "\x1b[2J\x1b]0;owned\x07", "--x\nproblem: forged line", "\u202eevil", "\x9b31m"],
+            command=["python", "train\x1b[2J.py", "\x1b[2J\x1b]0;owned\x07", "--x\nproblem: forged line", "\u202eevil", "\x9b31m"],
             error="boom\r\nnote: forged note",
             devices=[
                 {"id": 0, "platform": "cpu", "device_kind": "cpu\x1b[31m", "process_index": 0, "live_bytes": 4096,
@@ -349,7 +349,7 @@ def test_control_characters_in_a_snapshot_never_reach_the_terminal(runtime_dir, 
             assert control not in proc.stdout, (control, proc.stdout)
         lines = proc.stdout.splitlines()
         assert not any(line.startswith(("problem: forged", "note: forged")) for line in lines)
-        assert "\\x1b[2J" in proc.stdout  # shown, escaped, so the user sees what the job wrote
+        assert "train\\x1b[2J.py" in proc.stdout  # the job's program, shown escaped: the user sees what the job wrote
         assert sum(line.startswith("problem:") and "4000001.json" in line for line in lines) == 1
 
     doc = memstats_json(runtime_dir)

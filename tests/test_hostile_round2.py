@@ -296,7 +296,7 @@ def test_a_postmortem_whose_time_is_not_a_time_is_one_problem_line(runtime_dir, 
     assert "Traceback" not in proc.stderr
     (line,) = problem_lines(proc.stdout, bad.name)
     assert "timestamp" in line or "not a number JSON allows" in line or "out of range" in line, line
-    assert "job 4100 (python oom.py) ran out of memory" in proc.stdout
+    assert "job 4100 (oom.py) ran out of memory" in proc.stdout
     doc = postmortems_json(runtime_dir)
     assert [p["pid"] for p in doc["postmortems"]] == [4100]
     assert bad.exists()  # damaged is not provably ours: never removed
@@ -309,7 +309,7 @@ def test_doctor_survives_postmortems_whose_time_is_not_a_time(runtime_dir):
     proc = run_devctl("doctor", env=devctl_env(1, DEVCTL_RUNTIME_DIR=str(runtime_dir)), timeout=300)
     assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr and proc.stderr.strip() == "", proc.stderr
-    assert "Out of memory: job 4100 (python oom.py) died of RESOURCE_EXHAUSTED" in proc.stdout
+    assert "Out of memory: job 4100 (oom.py) died of RESOURCE_EXHAUSTED" in proc.stdout
     for pid in (4201, 4202, 4203, 4204):
         assert f"job {pid}" not in proc.stdout
 
@@ -345,7 +345,7 @@ def test_a_damaged_postmortem_is_one_problem_line_and_the_rest_is_shown(runtime_
     (line,) = problem_lines(proc.stdout, bad.name)
     assert needle in line, line
     assert len(line) < 600
-    assert "job 4100 (python oom.py) ran out of memory" in proc.stdout
+    assert "job 4100 (oom.py) ran out of memory" in proc.stdout
     assert bad.exists()
 
 

@@ -286,6 +286,7 @@ def test_sudo_and_run_as_root_are_said_only_to_a_user_who_is_not_root():
     assert "on the host" in privilege.inspect_fix(LOCKFILE, euid=0, can_ptrace=True)
     assert "outer user namespace" in privilege.why_uninspectable(3, euid=0, can_ptrace=True)
     assert privilege.why_uninspectable(3, euid=1000) == "3 processes could not be inspected (run as root)"
+    assert privilege.why_uninspectable(1, euid=1000) == "1 process could not be inspected (run as root)"
 
     thp = "/sys/kernel/mm/transparent_hugepage/enabled"
     assert privilege.thp_fix(euid=1000) == f"echo always | sudo tee {thp}"

@@ -7,7 +7,10 @@ import io
 import json
 import os
 import re
+import subprocess
+import sys
 
+import pytest
 from conftest import assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
 from hosttrees import amd_host, base_host, nvidia_host, tpu_v4_host, tpu_v5e_host
 
@@ -62,11 +65,49 @@ def test_platform_filter_limits_backends():
 
 
 def test_platform_not_installed_is_reported_not_crashed():
-    doc = run_json("list", "--platform", "rocm", env=devctl_env(devices=2))
+    # Asked for and not here: exit 1, the rule check applies to an expected platform (not 0 with nothing listed).
+    doc = run_json("list", "--platform", "rocm", env=devctl_env(devices=2), expect_code=1)
     rocm = next(b for b in doc["backends"] if b["platform"] == "rocm")
     assert rocm["status"] == "skipped"
     assert "installed" in rocm["error"]
     assert doc["devices"] == []
+    assert doc["platforms"] == ["rocm"]
+
+
+def test_a_platform_asked_for_that_does_not_start_exits_1_and_names_the_flag():
+    """`list --platform tpu` on a machine without TPU: the flag is said (JAX_PLATFORMS is unset), and it exits 1,
+    as a JAX program limited to tpu fails here (the oracle: real JAX under JAX_PLATFORMS=tpu raises)."""
+    env = devctl_env(devices=1)  # JAX_PLATFORMS unset
+    doc = run_json("list", "--platform", "tpu", env=env, expect_code=1)
+    if doc["hardware"]["tpu"]["chips"]:
+        pytest.skip("this machine has TPU chips")
+    oracle = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env={**env, "JAX_PLATFORMS": "tpu"},
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert oracle.returncode != 0 and "Unable to initialize backend 'tpu'" in oracle.stderr, oracle.stderr
+    proc = run_devctl("list", "--platform", "tpu", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[1] == "--platform tpu: tpu does not start here", proc.stdout
+    assert "no TPU chip (--platform tpu asked for it)" in proc.stdout and "leave out --platform tpu" in proc.stdout
+    assert "JAX_PLATFORMS" not in proc.stdout, proc.stdout
+    assert "JAX sees no device at all" not in proc.stdout, proc.stdout
+    (tpu,) = [b for b in doc["backends"] if b["platform"] == "tpu"]
+    assert "JAX_PLATFORMS" not in tpu["summary"] + tpu["hint"] and tpu["remedies"] == []
+    # What does start is listed, and still exits 1 for what was asked for and is not here.
+    both = run_json("list", "--platform", "tpu", "--platform", "cpu", env=env, expect_code=1)
+    assert [d["platform"] for d in both["devices"]] == ["cpu"]
+    assert run_json("list", "--platform", "cpu", env=env)["platforms"] == ["cpu"]
+
+
+def test_a_pjrt_c_api_version_of_0_0_is_no_version():
+    """jaxlib 0.12's CPU client reports 0.0 (a placeholder: it has no C API); a plugin's real version is kept
+    (tests/test_oracle_heavy.py runs jaxlib 0.12 itself)."""
+    from types import SimpleNamespace
+
+    from devctl.probe.backends import pjrt_c_api_version
+
+    assert pjrt_c_api_version(SimpleNamespace(pjrt_c_api_major_version=0, pjrt_c_api_minor_version=0)) is None
+    assert pjrt_c_api_version(SimpleNamespace()) is None
+    assert pjrt_c_api_version(SimpleNamespace(pjrt_c_api_major_version=0, pjrt_c_api_minor_version=75)) == {"major": 0, "minor": 75}
 
 
 def test_jax_platforms_env_is_honoured():

@@ -248,7 +248,7 @@ def _snapshot():
         bytes_limit=100, usable_bytes=100, usable_bound="allocator", in_use_bytes=40, in_use_source="jobs",
         peak_bytes_in_use=70, driver=None, hbm_bytes=None, status=LINK,
     )  # fmt: skip
-    process = MemProcess(pid=7, source="publisher", user=PATH, command=f"python train.py --out {PATH}", device=BOLD, used_bytes=40)
+    process = MemProcess(pid=7, source="publisher", user=PATH, command=f"python {SPEC}.py --out {PATH}", device=BOLD, used_bytes=40)
     return MemSnapshot(
         "devctl.memstats/2", 0.0, "h", [device], [process], [], Headroom(None, None, None, reason=LINK),
         HostMemory(*[None] * 7), problems=[SPEC], notes=[BOLD],
@@ -259,7 +259,7 @@ def test_memstats_renderer(console):
     from devctl.render.memstats import render_snapshot
 
     render_snapshot(_snapshot())
-    assert_shown(shown(console), *PAYLOADS, f"python train.py --out {PATH}")
+    assert_shown(shown(console), *PAYLOADS, f"{SPEC}.py")  # the job's program: the table names it so
 
 
 def test_memstats_watch_view(console):

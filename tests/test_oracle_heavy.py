@@ -473,3 +473,15 @@ def test_core_scenarios_on_other_releases(release, case, tmp_path):
         return
     assert outcome["code"] and outcome["fix"] and outcome["fix_env"] is not None, outcome
     _apply_env_fix(python, env, outcome["fix_env"], tmp_path, machine_broken)
+
+
+def test_jaxlib_0_12_cpu_client_shows_no_pjrt_c_api_version(tmp_path):
+    """jaxlib 0.12 gives its own CPU client (no C API) pjrt_c_api_*_version attributes of 0.0: no version is shown."""
+    python = _python("py312-jax-0.12")
+    env = devctl_env(devices=1)
+    table = _devctl(python, "list", env=env, cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "PJRT C API 0.0" not in table.stdout and re.search(r"^cpu: 1 device\b", table.stdout, re.M), table.stdout
+    doc = json.loads(_devctl(python, "list", "--json", env=env, cwd=tmp_path).stdout)
+    (cpu,) = [b for b in doc["backends"] if b["platform"] == "cpu"]
+    assert cpu["status"] == "ok" and cpu["pjrt_c_api_version"] is None, cpu

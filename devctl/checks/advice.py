@@ -221,9 +221,10 @@ def for_row(row: BackendInfo, hw, environ: Mapping[str, str] | None = None, back
             "another process may hold the device (devctl memstats names it), or a multi-host slice waits for its other hosts: start the program on every host",
         )
     if row.platform == "tpu" and not getattr(hw.tpu, "chips", None):
-        # Only JAX_PLATFORMS makes a machine without TPU fail on tpu (else the row is skipped above).
+        # Only JAX_PLATFORMS or --platform makes a machine without TPU fail on tpu (else the row is skipped above).
         named = jax_platforms(environ, backends or [row])
-        return named or Advice("jax-platforms-unavailable", "this machine has no TPU chip, and JAX_PLATFORMS names tpu", "drop tpu from JAX_PLATFORMS")
+        # Else the row exists because `list --platform tpu` asked for it: the flag, not the variable, is said.
+        return named or Advice("backend-failed", "this machine has no TPU chip (--platform tpu asked for it)", "run it on a TPU VM, or leave out --platform tpu")
     if row.platform == "tpu" and "libtpu" in (row.error or ""):
         command = ["install", "-U", "jax[tpu]"]
         return Advice("libtpu-missing", "TPU chips are present but libtpu cannot be loaded", pip_command(command), pip_remedy(command))

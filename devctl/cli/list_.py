@@ -47,8 +47,9 @@ def list_devices(
 
     inv = collect_inventory(platforms=platforms, timeout_s=timeout_s, host_root=root)
     emit(inv, json_out, csv_out=csv_out)
-    if inv.jax_outcome is not None and inv.jax_outcome.fails:
-        # The failure `list` exists to report: a program here would get no device from JAX.
+    if (inv.jax_outcome is not None and inv.jax_outcome.fails) or inv.missing_platforms:
+        # The failure `list` exists to report: a program here would get no device from JAX, or none of the
+        # platform --platform asked for (the rule check applies to an expected platform).
         import typer
 
         from devctl.errors import ExitCode

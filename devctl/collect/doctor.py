@@ -93,7 +93,7 @@ def _postmortem_lines() -> list[str]:
     from devctl.discovery.holders import read_postmortems
     from devctl.errors import DevctlError
     from devctl.model.holders import requested_text
-    from devctl.text import printable
+    from devctl.text import printable, program_name
     from devctl.units import format_bytes
 
     try:
@@ -109,7 +109,7 @@ def _postmortem_lines() -> list[str]:
         top = pm.sites[0] if pm.sites else None
         held = f"; most of its {format_bytes(pm.total_bytes)} held at {top.site}" if top and top.site else ""
         lines.append(printable(
-            f"Out of memory: job {pm.pid} ({' '.join(pm.command)[:60]}) died of RESOURCE_EXHAUSTED at {when}{asked}{held} "
+            f"Out of memory: job {pm.pid} ({program_name(pm.command)}) died of RESOURCE_EXHAUSTED at {when}{asked}{held} "
             f"(devctl memstats --postmortem --pid {pm.pid})"
         ))  # fmt: skip
     return lines[:3]

@@ -18,7 +18,6 @@ devctl_gpu_busy_window_seconds says which.
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 import time
 from typing import AbstractSet, Any, Callable, Sequence
@@ -27,10 +26,10 @@ from devctl.discovery.kubernetes import PublisherPids
 from devctl.hostroot import HostRoot
 from devctl.model.exporter import JOB_MAX, Collection, Sample, SourceResult
 from devctl.model.memstats import job_headroom_bytes, usable_memory
+from devctl.text import program_name
 
 # A job's command line in a label (--command-label only): one line, bounded (Prometheus keeps labels per series).
 COMMAND_LABEL_CHARS = 200
-PROGRAM_LABEL_CHARS = 120
 # Scrapes within this many seconds of a collection's start share it (Exporter.shared).
 SHARE_S = 1.0
 # The allocator's own names for what the job metrics export (PJRT's memory_stats keys).
@@ -489,50 +488,6 @@ def _by_program(samples: list[Sample]) -> list[Sample]:
             value = max(out[at].value, s.value) if s.name in JOB_MAX else out[at].value + s.value
             out[at] = Sample(s.name, labels, value)
     return out
-
-
-_PYTHON = re.compile(r"^(?:python|pypy)[0-9.]*[dmt]?$")
-_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
-
-
-def program_name(argv: Sequence[str]) -> str:
-    """A process's program for a label: the script's base name (`train.py`), `python -m module`, `python -c`,
-    or the executable's base name; never an argument, which may be a secret and changes from run to run."""
-    import posixpath
-
-    from devctl.text import printable
-
-    exe = posixpath.basename(argv[0]) if argv else ""
-    if not exe:
-        return "?"
-    if not _PYTHON.match(exe):
-        return printable(exe, PROGRAM_LABEL_CHARS)
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            i += 1
-            break
-        if arg.startswith("--"):  # --check-hash-based-pycs is the long option that takes a value
-            i += 2 if arg == "--check-hash-based-pycs" else 1
-            continue
-        if not arg.startswith("-") or arg == "-":
-            break
-        for j, flag in enumerate(arg[1:], start=1):  # -uBm mod: flags joined, the last may take a value
-            value = arg[j + 1 :] or (argv[i + 1] if i + 1 < len(argv) else "")
-            if flag == "c":
-                return printable(f"{exe} -c", PROGRAM_LABEL_CHARS)
-            if flag == "m":
-                return printable(f"{exe} -m {value if _MODULE.match(value) else '?'}", PROGRAM_LABEL_CHARS)
-            if flag in "WX":
-                i += 0 if arg[j + 1 :] else 1
-                break
-        i += 1
-    if i >= len(argv):
-        return printable(exe, PROGRAM_LABEL_CHARS)
-    if argv[i] == "-":
-        return printable(f"{exe} -", PROGRAM_LABEL_CHARS)
-    return printable(posixpath.basename(argv[i].rstrip("/")) or exe, PROGRAM_LABEL_CHARS)
 
 
 def _versions() -> dict[str, str]:

@@ -69,10 +69,10 @@ def collect_inventory(
         host_f = pool.submit(host_info, root)
         probe = probe_backends(platforms, timeout_s=timeout_s, hold_off={"tpu": held} if held else None)
         hardware, plugins, host = hardware_f.result(), plugins_f.result(), host_f.result()
-    return assemble_inventory(probe, hardware, plugins, host, started)
+    return assemble_inventory(probe, hardware, plugins, host, started, platforms=platforms)
 
 
-def assemble_inventory(probe, hardware: Hardware, plugins: list, host, started: float) -> Inventory:
+def assemble_inventory(probe, hardware: Hardware, plugins: list, host, started: float, platforms: list[str] | None = None) -> Inventory:
     """The inventory from a backend probe and discovery's findings (also used per process under --distributed)."""
     devices = match_nvml(probe.devices, hardware.nvidia)
     quiet = [quiet_tpu_without_chips(b, hardware) for b in probe.backends]
@@ -93,6 +93,7 @@ def assemble_inventory(probe, hardware: Hardware, plugins: list, host, started: 
         hardware=hardware,
         elapsed_s=time.monotonic() - started,
         jax_outcome=with_advice(probe.outcome, backends, hardware),
+        platforms=list(platforms) if platforms else None,
     )
 
 

@@ -166,8 +166,9 @@ class MemstatsSampler:
         alive with a snapshot too old to show. Said once, in the sample where it goes; a job said to have stopped
         while alive is said to have exited too, in the sample that finds it gone."""
         from devctl.discovery.procs import pid_alive
+        from devctl.text import program_name
 
-        now = {p.pid: " ".join(p.command) or "?" for p in publishers}
+        now = {p.pid: program_name(p.command) for p in publishers}
         gone = []
         for pid, command in self.jobs.items():
             if pid not in now:

@@ -211,3 +211,15 @@ class Inventory:
     # What `import jax; jax.devices()` does under this environment, predicted from devctl's probe; None where
     # no prediction was made (a --distributed process's own probe).
     jax_outcome: JaxOutcome | None = None
+    # What --platform asked for ("gpu" is any of cuda, rocm and oneapi); None: every platform JAX would try.
+    platforms: list[str] | None = None
+
+    @property
+    def missing_platforms(self) -> list[str]:
+        """The platforms --platform asked for that no backend here starts: what `list` then exits 1 for."""
+        ok = {b.platform for b in self.backends if b.status is BackendStatus.OK}
+        return [p for p in self.platforms or () if not ok.intersection(_GPU_PLATFORMS if p == "gpu" else (p,))]
+
+
+# What "gpu" means to --platform, as to JAX's expand_platform_alias.
+_GPU_PLATFORMS = ("cuda", "rocm", "oneapi")

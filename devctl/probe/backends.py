@@ -369,12 +369,20 @@ def init_backend(xb, platform: str, quiet: bool, memory_stats: bool) -> dict:
     event["status"] = "ok"
     event["platform_version"] = getattr(client, "platform_version", None)
     event["runtime_type"] = getattr(client, "runtime_type", None)
-    major = getattr(client, "pjrt_c_api_major_version", None)
-    minor = getattr(client, "pjrt_c_api_minor_version", None)
-    event["pjrt_c_api_version"] = {"major": major, "minor": minor} if major is not None else None
+    event["pjrt_c_api_version"] = pjrt_c_api_version(client)
     event["process_index"] = client.process_index()
     event["devices"] = [_device(d, client.process_index(), memory_stats) for d in client.devices()]
     return event
+
+
+def pjrt_c_api_version(client) -> dict[str, int] | None:
+    """The client's PJRT C API version; None when it is no C API client. jaxlib 0.12 gives its own CPU client
+    (runtime pjrt_ifrt, no C API) the attributes too, as 0.0: no plugin has that version, it means "none"."""
+    major = getattr(client, "pjrt_c_api_major_version", None)
+    minor = getattr(client, "pjrt_c_api_minor_version", None)
+    if major is None or (major, minor) == (0, 0):
+        return None
+    return {"major": major, "minor": minor}
 
 
 _EXTRA_ATTRS = (

@@ -304,7 +304,6 @@ class TopRequests:
         """Compute the arrays (and the profile) once, and write each request's answer: a failure costs that answer
         only, and is said."""
         import socket
-        import sys
 
         from devctl.discovery.holders import PPROF_MAX_BYTES, answer_path, pprof_path
         from devctl.model.holders import TOP_SCHEMA
@@ -327,7 +326,7 @@ class TopRequests:
                 note = f"the memory profile failed: {_why(e)}"[:300]
             if profile is not None and len(profile) > PPROF_MAX_BYTES:
                 note, profile = f"the memory profile is {len(profile)} bytes, more than devctl reads ({PPROF_MAX_BYTES})", None
-        command = [word[:_COMMAND_WORD_CHARS] for word in (list(sys.argv) or [sys.executable])[:_COMMAND_WORDS]]
+        command = [word[:_COMMAND_WORD_CHARS] for word in _argv()[:_COMMAND_WORDS]]
         common = {"schema": TOP_SCHEMA, "pid": pid, "command": command, "hostname": socket.gethostname()}
         for r in requests:
             profile_file = pprof_path(directory, pid, r.token)
@@ -519,7 +518,6 @@ def write_postmortem(directory: str, exc: BaseException) -> str:
     """Write what the job holds now, and what it asked for, as `<pid>-<time>.postmortem.json`; prune old ones."""
     import json
     import socket
-    import sys
     import time
 
     import jax
@@ -541,7 +539,7 @@ def write_postmortem(directory: str, exc: BaseException) -> str:
     doc = {
         "schema": POSTMORTEM_SCHEMA,
         "pid": os.getpid(),
-        "command": list(sys.argv) or [sys.executable],
+        "command": _argv(),
         "hostname": socket.gethostname(),
         "timestamp": now,
         "error": f"{type(exc).__name__}: {message}"[:500],
@@ -586,3 +584,11 @@ def prune_postmortems(directory: str, now: float) -> None:
     for i, (mtime, path) in enumerate(dated):
         if i >= POSTMORTEMS_KEPT or now - mtime > POSTMORTEM_MAX_AGE_S:
             remove_own_file(path, starts_with=POSTMORTEM_PREFIX)  # only what a devctl publisher wrote
+
+
+def _argv() -> list[str]:
+    """The job's command line as its snapshot gives it: orig_argv keeps the interpreter and its flags (`python -c`,
+    `python -m pkg`), which sys.argv drops (`-c` alone), so every view names the job alike."""
+    import sys
+
+    return list(getattr(sys, "orig_argv", None) or sys.argv) or [sys.executable]

@@ -7,15 +7,25 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.holders import FleetTopReport, HeldArray, PostMortem, PostMortemReport, SiteTotal, TopReport, requested_text
-from devctl.units import format_bytes
+from devctl.units import counted, format_bytes
 
 
 def _array_rows(arrays: tuple[HeldArray, ...]) -> list[list[str]]:
     return [
-        [format_bytes(a.nbytes), "x".join(map(str, a.shape)) or "scalar", a.dtype, devices_text(a.devices), a.memory_kind or "-",
+        [format_bytes(a.nbytes), shape_text(a.shape), a.dtype, devices_text(a.devices), a.memory_kind or "-",
          a.site or "(no traceback)", a.sharding]
         for a in arrays
     ]  # fmt: skip
+
+
+def _largest(n: int) -> str:
+    """A title over the N largest arrays: 'the 5 largest', and 'the largest' for one."""
+    return "the largest" if n == 1 else f"the {n} largest"
+
+
+def shape_text(shape) -> str:
+    """A shape as Python and JAX print it: `(16777216,)`, `(2, 3)`, `()` for a scalar."""
+    return str(tuple(shape))
 
 
 def devices_text(devices: tuple[str, ...]) -> str:
@@ -64,14 +74,14 @@ def _site_columns():
 
 def render_top(report: TopReport) -> None:
     from devctl.render.console import print_table, say
-    from devctl.text import printable
+    from devctl.text import program_name
 
-    job = printable(" ".join(report.command), 120)
-    say(f"job {report.pid} ({job}) on {report.hostname}: {report.total_arrays} live arrays, {format_bytes(report.total_bytes)}")
-    print_table(_array_columns(), _array_rows(report.arrays), title=f"the {len(report.arrays)} largest")
+    job = program_name(report.command)
+    say(f"job {report.pid} ({job}) on {report.hostname}: {counted(report.total_arrays, 'live array')}, {format_bytes(report.total_bytes)}")
+    print_table(_array_columns(), _array_rows(report.arrays), title=_largest(len(report.arrays)))
     print_table(_site_columns(), _site_rows(report.sites[:20]), title="by the line that created them")
     if len(report.sites) > 20:
-        say(f"(and {len(report.sites) - 20} more lines; --json has them all)")
+        say(f"(and {counted(len(report.sites) - 20, 'more line')}; --json has them all)")
     if report.note:
         say(f"note: {report.note}")
     say(f"answered by the job in {report.cost_s * 1000:.1f} ms of its CPU")
@@ -85,7 +95,7 @@ def render_postmortems(report: PostMortemReport) -> None:
     for pm in report.postmortems[:3]:
         _postmortem(pm)
     if len(report.postmortems) > 3:
-        say(f"(and {len(report.postmortems) - 3} older post-mortems; --json has them all)")
+        say(f"(and {counted(len(report.postmortems) - 3, 'older post-mortem')}; --json has them all)")
     for problem in report.problems:
         say(f"problem: {problem}")
 
@@ -94,21 +104,21 @@ def _postmortem(pm: PostMortem) -> None:
     import time
 
     from devctl.render.console import print_table, say
-    from devctl.text import printable
+    from devctl.text import printable, program_name
 
     try:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(pm.timestamp))
     except (OverflowError, OSError, ValueError):  # the reader refuses such a time; a report built elsewhere may not
         when = "an unknown time"
     asked = f", {text}" if (text := requested_text(pm)) else ""
-    say(f"job {pm.pid} ({printable(' '.join(pm.command), 120)}) ran out of memory at {when}{asked}")
+    say(f"job {pm.pid} ({program_name(pm.command)}) ran out of memory at {when}{asked}")
     say(f"error: {printable(pm.error, 1000)}", hang="  ")
     for d in pm.devices:
         stats = d.memory_stats or {}
         if stats:
             say(f"{d.device}: {format_bytes(stats.get('bytes_in_use'))} in use of {format_bytes(stats.get('bytes_limit'))}, "
                 f"peak {format_bytes(stats.get('peak_bytes_in_use'))}", indent="  ")  # fmt: skip
-    say(f"it held {pm.total_arrays} live arrays, {format_bytes(pm.total_bytes)}:")
+    say(f"it held {counted(pm.total_arrays, 'live array')}, {format_bytes(pm.total_bytes)}:")
     print_table(_array_columns(), _array_rows(pm.arrays[:10]))
     print_table(_site_columns(), _site_rows(pm.sites[:10]), title="by the line that created them")
     if pm.path:
@@ -119,10 +129,11 @@ def render_fleet(report: FleetTopReport) -> None:
     from devctl.render.console import Column, print_table, say
 
     jobs = sum(len(p.tops) for p in report.processes)
-    say(f"{len(report.processes)} processes, {jobs} publishing jobs: {report.total_arrays} live arrays, {format_bytes(report.total_bytes)}")
+    say(f"{counted(len(report.processes), 'process', 'processes')}, {counted(jobs, 'publishing job')}: "
+        f"{counted(report.total_arrays, 'live array')}, {format_bytes(report.total_bytes)}")
     columns = [Column("host", priority=3), Column("process", justify="right", short="proc"), Column("pid", justify="right"), *_array_columns()]
     rows = [[a.hostname, str(a.process_index), str(a.pid), *row] for a, row in zip(report.arrays, _array_rows(tuple(a.array for a in report.arrays)))]
-    print_table(columns, rows, title=f"the {len(report.arrays)} largest in the cluster")
+    print_table(columns, rows, title=f"{_largest(len(report.arrays))} in the cluster")
     site_columns = [Column("allocated at"), Column("jobs", justify="right"), Column("arrays", justify="right"), Column("bytes", justify="right")]
     print_table(site_columns, [[s.site or "(no traceback)", str(s.jobs), str(s.arrays), format_bytes(s.nbytes)] for s in report.sites[:20]],
                 title="by the line that created them, over every job")  # fmt: skip
@@ -140,6 +151,6 @@ def csv_rows(report: Any) -> tuple[list[str], list[list]]:
     else:
         reports = [report] if isinstance(report, TopReport) else list(report.postmortems)
         found = [(r.hostname, None, r.pid, a) for r in reports for a in r.arrays]
-    rows = [[host, index, pid, a.nbytes, "x".join(map(str, a.shape)), a.dtype, " ".join(a.devices), a.memory_kind, a.site, a.sharding]
+    rows = [[host, index, pid, a.nbytes, shape_text(a.shape), a.dtype, " ".join(a.devices), a.memory_kind, a.site, a.sharding]
             for host, index, pid, a in found]  # fmt: skip
     return header, rows

@@ -33,6 +33,11 @@ def render_inventory(inv) -> None:
         if outcome.code:
             say(f"{outcome.code}: {outcome.summary}", hang="  ")
             say(f"fix: {outcome.fix}", hang="     ")
+    missing = inv.missing_platforms
+    if missing:
+        # What the user asked for is not here: said first, whatever JAX would do without the flag.
+        names = " ".join(f"--platform {p}" for p in missing)
+        say(f"{names}: {' and '.join(missing)} {'does' if len(missing) == 1 else 'do'} not start here", hang="  ")
     backends = {b.platform: b for b in inv.backends}
     devices = sorted(inv.devices, key=lambda d: (d.platform, d.process_index, d.id))
     for platform, grouped in groupby(devices, key=lambda d: d.platform):
@@ -58,7 +63,7 @@ def render_inventory(inv) -> None:
         columns = [Column("kind", priority=2), Column("name", priority=1), Column("where"), Column("why", priority=3)]
         rows = [[u.kind, u.name, u.location, u.reason] for u in inv.unused_accelerators]
         print_table(columns, rows, title="accelerators on this machine that JAX is not using")
-    if not inv.devices:
+    if not inv.devices and not missing:
         say("JAX sees no device at all; run devctl doctor.")
 
 

@@ -15,7 +15,7 @@ import time
 from collections import defaultdict, deque
 
 from devctl.render.console import Column, print_lines, table_lines, wrap
-from devctl.text import printable
+from devctl.text import printable, program_name
 from devctl.units import format_bytes
 
 _SPARK = "▁▂▃▄▅▆▇█"
@@ -173,7 +173,7 @@ def process_table(snapshot, exited: list | None = None) -> tuple[list[Column], l
     ]  # fmt: skip
     rows = []
     for p in snapshot.processes:
-        command = p.command or "-"
+        command = program_name(p.command) if p.command else "-"  # the full command line stays in --json
         if not p.pid_visible:
             command = "(a pid in another pid namespace: user and command unknown)"
         rows.append(_cells(
@@ -183,7 +183,7 @@ def process_table(snapshot, exited: list | None = None) -> tuple[list[Column], l
     if exited is None:
         return columns, rows
     for p, word in exited:
-        rows.append(_cells(str(p.pid), p.source, p.user or "-", p.device, word, "-", "-", p.command or "-"))
+        rows.append(_cells(str(p.pid), p.source, p.user or "-", p.device, word, "-", "-", program_name(p.command) if p.command else "-"))
     columns = [dataclasses.replace(c, hoist=False) for c in columns]  # rows come and go: nothing is said once for all
     return columns, _padded(columns, rows)
 
@@ -230,7 +230,7 @@ def holders_of(snapshot, key: str | None, most: int = 3) -> str:
     said = []
     for p in procs[:most]:
         who = f"pid {p.pid}" + (f" ({p.user})" if p.user else "")
-        what = f": {printable(p.command, 60)}" if p.command and p.pid_visible else ""
+        what = f": {program_name(p.command)}" if p.command and p.pid_visible else ""
         said.append(f"{who} holds {format_bytes(p.used_bytes)}{what}")
     if len(procs) > most:
         said.append(f"{len(procs) - most} more")
@@ -240,10 +240,10 @@ def holders_of(snapshot, key: str | None, most: int = 3) -> str:
 def leak_line(leak) -> str:
     """'job 42 (train.py) may leak: live arrays 120 -> 180, 1.2 GiB -> 1.8 GiB over 10 samples, never falling; growing
     at train.py:88 (+60 arrays, +600.0 MiB)'."""
-    grew = f"job {leak.pid} ({leak.command}) may leak: live arrays {leak.arrays_from} -> {leak.arrays_to}, " \
+    grew = f"job {leak.pid} ({program_name(leak.command)}) may leak: live arrays {leak.arrays_from} -> {leak.arrays_to}, " \
            f"{format_bytes(leak.bytes_from)} -> {format_bytes(leak.bytes_to)} over {leak.samples} samples, never falling"
     if leak.growing_sites:
-        sites = "; ".join(f"{g.site or '(no traceback)'} ({g.arrays:+d} arrays, +{format_bytes(g.nbytes)})" for g in leak.growing_sites[:3])
+        sites = "; ".join(f"{g.site or '(no traceback)'} ({g.arrays:+d} {'array' if abs(g.arrays) == 1 else 'arrays'}, +{format_bytes(g.nbytes)})" for g in leak.growing_sites[:3])
         return f"{grew}; growing at {sites}"
     return f"{grew}; {leak.sites_note}" if leak.sites_note else grew
 
