@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from devctl.checks.verdict import Verdict, failed, join, passed, skipped, warned
+from devctl.checks.verdict import Verdict, because, failed, join, passed, skipped, warned
 from devctl.model import to_jsonable
 from devctl.model.list_ import BackendStatus
 from devctl.model.memstats import usable_memory
@@ -122,10 +122,11 @@ def check_devices(ctx: Context) -> Verdict:
         problems.insert(0, f"no {scope} device: jax.devices() {outcome.result}")
         remedies.insert(0, outcome.fix or "run devctl doctor for a diagnosis")
         details["remedies"] = to_jsonable(outcome.remedies)
+    if not devices:  # whatever else is wrong, no device follows from the backends' failure
+        verdict = failed(join(problems), remedies[0], **details) if problems else failed(f"JAX sees no {scope} device", "run devctl doctor for a diagnosis", **details)
+        return because("backends", verdict)
     if problems:
         return failed(join(problems), remedies[0], **details)
-    if not devices:
-        return failed(f"JAX sees no {scope} device", "run devctl doctor for a diagnosis", **details)
     unused = [f"{u.name} at {u.location}: {u.reason}" for u in inv.unused_accelerators]
     summary = f"{len(devices)} {scope} device(s): {', '.join(kinds)}"
     if unused:
@@ -152,8 +153,8 @@ def check_memory(ctx: Context) -> Verdict:
     }
     if not devices:
         if exp.min_memory_bytes is not None:
-            return failed(f"no {scope} device to measure", "run devctl doctor for a diagnosis", **details)
-        return skipped(f"no {scope} device", **details)
+            return because("backends", failed(f"no {scope} device to measure", "run devctl doctor for a diagnosis", **details))
+        return because("backends", skipped(f"no {scope} device", **details))
     if exp.min_memory_bytes is None:
         if not known:
             return skipped(f"{scope} devices report no memory_stats(), so no bytes_limit", **details)
