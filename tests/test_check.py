@@ -690,3 +690,19 @@ def test_a_cause_is_kept_only_where_its_check_failed_and_follows_each_host_in_a_
     assert [r[:4] for r in rows] == [["backends", "h0", "0", "FAIL"], ["compute", "h0", "0", "FAIL"],
                                      ["backends", "h1", "1", "FAIL"], ["compute", "h1", "1", "FAIL"]], lines  # fmt: skip
     assert sum("because backends failed" in line for line in lines[1:]) == 2 and "run devctl doctor" not in "\n".join(lines)
+
+
+@pytest.mark.parametrize("width", [20, 30, 40, 60, 100, 130])
+def test_every_check_view_fits_any_terminal_width(width):
+    """The goldens are at 80 and 200 columns; between and below, no line may pass the edge either (the time, then
+    the host and process, give way; then results go under their rows)."""
+    from golden_reports import VIEWS
+    from rich.cells import cell_len
+
+    from devctl.render.check import check_lines
+
+    for view in (v for v in VIEWS if v.startswith("check-")):
+        lines = [line for text in check_lines(VIEWS[view](), width) for line in text.plain.split("\n")]
+        wide = [line for line in lines if cell_len(line) > width]
+        assert not wide, f"{view} at {width} columns:\n" + "\n".join(wide)
+        assert lines[0].split(":")[0] in ("PASS", "FAIL", "PASS with warnings"), lines[0]

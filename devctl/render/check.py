@@ -95,6 +95,17 @@ def check_lines(report: CheckReport, width: int) -> list:
     if cluster and width - sum(widths) - 2 * len(widths) < 2 * _MIN_RESULT_CELLS:
         headers[2] = "proc"  # three cells more for the results
         widths[2] = max([cell_len("proc"), *(cell_len(row[2]) for row in left_cells)])
+    # A terminal too narrow even for the short columns: the time goes, then the host and process move into the result.
+    for gone in ("time", "host"):
+        if sum(widths) + 2 * (len(widths) - 1) <= width or gone not in headers:
+            continue
+        at = headers.index(gone)
+        if gone == "host":
+            results = [f"{cells[at]} process {cells[at + 1]}: {result}" for cells, result in zip(left_cells, results)]
+        span = 2 if gone == "host" else 1
+        del headers[at : at + span], widths[at : at + span]
+        for cells in left_cells:
+            del cells[at : at + span]
     start = sum(widths) + 2 * len(widths)
     longest_result = max([cell_len("result"), *map(cell_len, results)])
     longest_remedy = max([0, *map(cell_len, remedies)])
