@@ -73,7 +73,8 @@ def check_backends(ctx: Context) -> Verdict:
     if not ok:
         why = join([_failure(b, exp.timeout_s) for b in rows], 2) or "no backend is registered"
         return failed(f"no JAX backend initialized: {why}", "run devctl doctor for a diagnosis", **details)
-    summary = ", ".join(f"{b.platform} ({b.init_s:.2f} s)" if b.init_s is not None else b.platform for b in ok)
+    # A CPU backend starts in a few milliseconds: "(0.00 s)" would say nothing, so nothing is said (issue 24).
+    summary = ", ".join(f"{b.platform} ({b.init_s:.2f} s)" if b.init_s is not None and b.init_s >= 0.005 else b.platform for b in ok)
     summary = f"initialized: {summary}; default {inv.default_platform}"
     skipped = [f"{b.platform} {b.status.value}" + (f" ({b.summary})" if b.summary else "") for b in down]
     if down and inv.unused_accelerators:
