@@ -706,3 +706,21 @@ def test_every_check_view_fits_any_terminal_width(width):
         wide = [line for line in lines if cell_len(line) > width]
         assert not wide, f"{view} at {width} columns:\n" + "\n".join(wide)
         assert lines[0].split(":")[0] in ("PASS", "FAIL", "PASS with warnings"), lines[0]
+
+
+def test_a_variable_that_makes_import_jax_raise_is_the_one_cause_and_backends_follows_it():
+    """JAX_ENABLE_X64=maybe: env names the variable and its fix; backends (jax.devices() raises) follows from it,
+    and the checks that had no device follow from backends: one cause, one fix, said once."""
+    env = devctl_env(devices=2, JAX_ENABLE_X64="maybe")
+    checks = _by_name(_doc(run_devctl("check", "--json", env=env), 1))
+    assert checks["env"]["status"] == "fail" and checks["env"]["caused_by"] is None
+    assert (checks["backends"]["status"], checks["backends"]["caused_by"]) == ("fail", "env")
+    assert {n for n, c in checks.items() if c["caused_by"] == "backends"} >= {"devices", "compute", "transfer"}
+    proc = run_devctl("check", env=env)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("FAIL: ") and "because env failed)" in lines[0], lines[0]
+    at = next(i for i, line in enumerate(lines) if line.startswith("env "))
+    assert lines[at + 1].split() == ["backends", "FAIL", "because", "env", "failed"], lines
+    assert lines[at + 1].startswith("  backends") and lines[at + 2].startswith("    devices"), lines
+    assert proc.stdout.count("set it to true or false") == 1, proc.stdout  # the fix, once

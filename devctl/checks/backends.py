@@ -67,7 +67,10 @@ def check_backends(ctx: Context) -> Verdict:
         details["remedies"] = to_jsonable(outcome.remedies)  # the fix as data (model.remedy), as list and doctor give it
         others = [_failure(b, exp.timeout_s) for b in down if b.platform != outcome.culprit]
         lines = [f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit}", *problems, *others]
-        return failed(join(lines, 2), outcome.fix or "run devctl doctor for a diagnosis", **details)
+        verdict = failed(join(lines, 2), outcome.fix or "run devctl doctor for a diagnosis", **details)
+        # Fixed by an environment change: a variable's value is the cause, and the env check judges the variables
+        # (kept as the cause only where env failed too: JAX_ENABLE_X64=maybe, a refused XLA_FLAGS).
+        return because("env", verdict) if outcome.fix_env else verdict
     if problems:
         return failed(join(problems, 2), remedies[0], **details)
     if not ok:

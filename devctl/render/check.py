@@ -169,6 +169,16 @@ def check_lines(report: CheckReport, width: int) -> list:
     return lines
 
 
+def _root(name: str, report: CheckReport) -> str:
+    """The check at the start of `name`'s chain of causes (env, for devices because backends because env)."""
+    cause_of = {r.name: r.caused_by for r in report.checks}
+    seen = {name}
+    while (cause := cause_of.get(name)) is not None and cause not in seen:
+        name = cause
+        seen.add(name)
+    return name
+
+
 def _verdict_text(report: CheckReport, width: int):
     """The verdict line, its first word in the verdict's colour."""
     from rich.text import Text
@@ -271,7 +281,7 @@ def summary_line(report: CheckReport) -> str:
     failed = f"{counts[CheckStatus.FAIL]} failed"
     causes = [r.caused_by for r in report.checks if r.status is CheckStatus.FAIL and r.caused_by is not None]
     if causes:
-        named = {split_check_name(c)[0] for c in causes}
+        named = {split_check_name(_root(c, report))[0] for c in causes}
         cause = f"{named.pop()} failed" if len(named) == 1 else "another check failed"
         failed += f" ({len(causes)} because {cause})"
     parts = [f"{counts[CheckStatus.PASS]} passed", *([failed] if counts[CheckStatus.FAIL] else [])]
