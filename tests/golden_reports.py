@@ -436,6 +436,68 @@ def check_cluster_gpu2x8():
     )  # fmt: skip
 
 
+def _cpu_box_checks(platform_gpu: bool) -> list[CheckResult]:
+    """The checks of a real run on this project's 2-core CPU box (jax 0.10.2, one CPU device), as --json gave them."""
+    R, S = CheckResult, CheckStatus
+    doctor = "run devctl doctor for a diagnosis"
+    no_gpu = "no gpu backend initialized, so there is no gpu device to run on (see the backends check)"
+    head = [
+        R("versions", S.PASS, "jax 0.10.2, jaxlib 0.10.2: consistent", None, 0.0),
+        R("plugins", S.PASS, "no JAX plugins installed: nothing to load beyond jaxlib's own CPU backend", None, 0.0),
+    ]
+    if platform_gpu:
+        middle = [
+            R("backends", S.FAIL, "expected gpu: no gpu backend is installed",
+              "pip install -U 'jax[cuda13]' (NVIDIA, driver >= 580) or see JAX's ROCm install guide (AMD)", 0.0),
+            R("devices", S.FAIL, "JAX sees no gpu device", doctor, 0.0, caused_by="backends"),
+            R("compute", S.FAIL, no_gpu, doctor, 0.0, caused_by="backends"),
+            R("transfer", S.FAIL, no_gpu, doctor, 0.0, caused_by="backends"),
+            R("memory", S.SKIP, "no gpu device", None, 0.0, caused_by="backends"),
+            R("bandwidth", S.FAIL, no_gpu, doctor, 0.0, caused_by="backends"),
+        ]
+    else:
+        middle = [
+            R("backends", S.PASS, "initialized: cpu (0.01 s); default cpu", None, 0.0),
+            R("devices", S.PASS, "1 cpu device(s): cpu", None, 0.0),
+            R("compute", S.PASS, "jitted matmul and sum agree with numpy on 1 cpu device(s) (worst relative error 6.6e-07)", None, 0.0),
+            R("transfer", S.PASS, "1048589 random bytes unchanged host->device->host on 1 device(s) and device->device on 0 ordered pair(s)", None, 0.0),
+            R("memory", S.SKIP, "cpu devices report no memory_stats(), so no bytes_limit", None, 0.0),
+            R("bandwidth", S.PASS, "h2d 0.51 GB/s to cpu:0 (64 MiB, pageable)", None, 0.0),
+        ]
+    nvml = "NVML: libnvidia-ml.so.1 not found: no NVIDIA driver installed, or not mounted into this container"
+    tail = [
+        R("memory-bw", S.SKIP, "no --min-memory-bw expectation (devctl bench memory measures each device's memory bandwidth)", None, 0.0),
+        R("matmul", S.SKIP, "no --min-tflops expectation (devctl bench matmul measures each device's matmul throughput)", None, 0.0),
+        R("busbw", S.SKIP, "no --min-busbw expectation (devctl bench collective measures the collectives' bus bandwidth)", None, 0.0),
+        R("stragglers", S.SKIP, "not asked (--stragglers compares every device's memory bandwidth and matmul throughput with its peers')", None, 0.0),
+        R("nvml-health", S.FAIL, nvml, "install or reload the NVIDIA driver (nvidia-smi must work)", 0.0) if platform_gpu
+        else R("nvml-health", S.SKIP, nvml, None, 0.0),
+        R("host", S.PASS, "/dev/shm 23.5 GiB", None, 0.0),
+        R("tpu", S.SKIP, "no TPU chip on this machine", None, 0.0),
+        R("env", S.PASS, "no JAX, XLA or TPU variables set", None, 0.0),
+    ]  # fmt: skip
+    return head + middle + tail
+
+
+def check_cpu_default():
+    """`devctl check` with no flags on a CPU box: nothing failed, four benchmarks nobody asked for."""
+    return CheckReport(
+        schema="devctl.check/1", devctl_version="0.1.0", timestamp=TIMESTAMP, hostname="cpu-runner", status="pass",
+        strict=False, expectations=Expectations(), checks=_cpu_box_checks(platform_gpu=False),
+        phases_s={"inventory": 1.47, "environment": 1.18, "health": 2.98, "nvml": 0.01}, elapsed_s=4.4,
+    )  # fmt: skip
+
+
+def check_cpu_no_gpu():
+    """`devctl check --platform gpu --min-h2d 10GB/s` on a CPU box: one cause (no gpu backend), and the checks
+    that fail or skip because of it under it."""
+    return CheckReport(
+        schema="devctl.check/1", devctl_version="0.1.0", timestamp=TIMESTAMP, hostname="cpu-runner", status="fail",
+        strict=False, expectations=Expectations(platforms=("gpu",), min_h2d_gbps=10.0, sources={"platform": "flag", "min-h2d": "flag"}),
+        checks=_cpu_box_checks(platform_gpu=True), phases_s={"inventory": 1.51, "environment": 1.45, "nvml": 0.1}, elapsed_s=1.9,
+    )  # fmt: skip
+
+
 # ---- devctl doctor -----------------------------------------------------------------------------------
 
 
@@ -546,6 +608,8 @@ VIEWS = {
     "bench-transfer-cpu1-quick": bench_cpu1_quick,
     "check-gpu8": check_gpu8,
     "check-cluster-gpu2x8": check_cluster_gpu2x8,
+    "check-cpu-default": check_cpu_default,
+    "check-cpu-no-gpu": check_cpu_no_gpu,
     "doctor-cpu-broken": doctor_cpu_broken,
     "doctor-gpu8-ok": doctor_gpu8_ok,
     "bench-collective-gpu8": collective_gpu8,

@@ -568,3 +568,159 @@ def test_benchmark_expectations_come_from_the_config_table_too(tmp_path):
     assert (exp["min_memory_bw_gbps"], exp["min_tflops"], exp["min_busbw_gbps"], exp["stragglers"]) == (0.001, 1e-6, 0.001, True)
     (tmp_path / "pyproject.toml").write_text('[tool.devctl.check]\nstragglers = "yes"\n')
     assert_usage_error(run_devctl("check", env=devctl_env(devices=1), cwd=tmp_path), "stragglers", "true or false")
+
+
+# ---- the table a person sees (issue 24): verdict first, fits 80x24, colour, dependants under their cause ----------
+
+
+def _on_a_terminal(*args: str, columns: int = 80, rows: int = 24, **extra: str) -> subprocess.CompletedProcess:
+    """`devctl ARGS` with stdout on a real pty of `columns` x `rows` (colour allowed: NO_COLOR unset), as a person
+    runs it on this machine: its one CPU device, no forced device count. stderr (the spinner) is kept apart."""
+    import pty
+    import threading
+
+    env = devctl_env(COLUMNS=str(columns), LINES=str(rows), TERM="xterm-256color", **extra)
+    for name in ("NO_COLOR", "XLA_FLAGS", "FORCE_COLOR"):
+        env.pop(name, None)
+    master, slave = pty.openpty()
+    chunks: list[bytes] = []
+
+    def drain():  # read while the child writes, so a full pty buffer never blocks it
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO once the child's side is closed
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "devctl", *args], env=env, stdout=slave, stderr=subprocess.PIPE, timeout=180)
+    finally:
+        os.close(slave)
+        reader.join(timeout=10)
+        os.close(master)
+    proc.stdout = b"".join(chunks).decode("utf-8").replace("\r\n", "\n")
+    return proc
+
+
+def _plain(text: str) -> list[str]:
+    import re
+
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).rstrip("\n").split("\n")
+
+
+def test_a_default_run_fits_an_80x24_terminal_with_the_verdict_first_and_status_in_colour():
+    from rich.cells import cell_len
+
+    proc = _on_a_terminal("check")
+    assert proc.returncode == 0, proc.stderr
+    lines = _plain(proc.stdout)
+    # 24 rows hold the command line, the view and the next prompt.
+    assert len(lines) <= 22, "\n".join(lines)
+    assert all(cell_len(line) <= 80 for line in lines), "\n".join(lines)
+    assert lines[0].startswith("PASS: ") and " passed" in lines[0] and " skipped in " in lines[0], lines[0]
+    assert lines[1].split() == ["check", "status", "result"], lines[1]  # no time column of 0.00 s, no column of "-"
+    assert "0.00 s" not in proc.stdout and "what to do" not in proc.stdout
+    # The four benchmarks nobody asked for: one line, not four rows.
+    assert not any(line.split()[0] in ("memory-bw", "matmul", "busbw", "stragglers") for line in lines if line.split())
+    assert any(line.startswith("not asked: memory-bw, matmul, busbw, stragglers") for line in lines), lines
+    assert lines[-1].startswith("shared probes: backends "), lines
+    assert "\x1b[32mpass\x1b[0m" in proc.stdout, repr(proc.stdout)  # PASS green on a terminal
+
+
+def test_checks_that_fail_because_backends_failed_are_shown_under_it_and_stay_whole_in_json_and_junit(tmp_path):
+    """--platform gpu --min-h2d on this CPU box: one cause (no gpu backend) used to be six FAIL rows, four saying
+    'run devctl doctor'. The JSON and JUnit keep every check with its own status; caused_by names the cause."""
+    junit = tmp_path / "check.xml"
+    args = ("check", "--platform", "gpu", "--min-h2d", "10GB/s")
+    doc = _doc(run_devctl(*args, "--json", "--junit-xml", str(junit), env=devctl_env(devices=2), cwd=tmp_path), 1)
+    checks = _by_name(doc)
+    assert list(checks) == list(CHECK_NAMES)
+    dependants = {n: c["status"] for n, c in checks.items() if c["caused_by"] == "backends"}
+    assert dependants == {"devices": "fail", "compute": "fail", "transfer": "fail", "memory": "skip", "bandwidth": "fail"}, dependants
+    assert checks["backends"]["status"] == "fail" and checks["backends"]["caused_by"] is None
+    assert all(checks[n]["message"] for n in dependants)  # each keeps its own words
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("tests") == str(len(CHECK_NAMES)) and suite.get("failures") == str(sum(c["status"] == "fail" for c in doc["checks"]))
+    failure = next(c for c in suite.iter("testcase") if c.get("name") == "compute").find("failure")
+    assert failure is not None and "caused by: backends failing" in failure.text
+
+    proc = _on_a_terminal(*args)
+    assert proc.returncode == 1, proc.stderr
+    lines = _plain(proc.stdout)
+    assert lines[0].startswith("FAIL: ") and "(4 because backends failed)" in lines[0], lines[0]
+    top_fails = [line.split()[0] for line in lines if line.split()[1:2] == ["FAIL"] and not line.startswith(" ")]
+    assert "backends" in top_fails and not {"devices", "compute", "transfer", "bandwidth"} & set(top_fails), lines
+    at = next(i for i, line in enumerate(lines) if line.startswith("backends "))
+    under = [line.split() for line in lines[at + 1 :] if line.startswith("  ") and line.split()[0] in dependants]
+    assert [u[0] for u in under] == list(dependants), lines
+    assert all(u[2:] == ["because", "backends", "failed"] for u in under), under
+    assert "run devctl doctor" not in proc.stdout
+    assert "\x1b[1;31mFAIL\x1b[0m" in proc.stdout, repr(proc.stdout)  # FAIL red on a terminal
+
+
+def test_a_cause_is_kept_only_where_its_check_failed_and_follows_each_host_in_a_cluster():
+    from devctl.checks.cluster import merge_reports
+    from devctl.collect.check import with_causes
+    from devctl.model import to_jsonable
+    from devctl.model.check import CheckReport, CheckResult, CheckStatus, Expectations
+    from devctl.render.check import check_lines
+
+    S = CheckStatus
+    dependant = CheckResult("compute", S.FAIL, "no gpu backend initialized", "run devctl doctor", caused_by="backends")
+    # --skip backends, or backends passed: the dependant stands on its own.
+    assert with_causes([dependant])[0].caused_by is None
+    assert with_causes([CheckResult("backends", S.PASS, "ok"), dependant])[1].caused_by is None
+    kept = with_causes([CheckResult("backends", S.FAIL, "expected gpu: no gpu backend is installed", "pip install"), dependant])
+    assert kept[1].caused_by == "backends"
+
+    def doc(host: str) -> dict:
+        report = CheckReport("devctl.check/1", "0", 0.0, host, "fail", False, Expectations(), kept, {}, 1.0)
+        return to_jsonable(report)
+
+    merged = merge_reports([doc("h0"), doc("h1")], strict=False, expectations=Expectations(), elapsed_s=1.0)
+    assert [c.caused_by for c in merged.checks] == [None, "backends [h0 process 0]", None, "backends [h1 process 1]"]
+    lines = [line.plain for line in check_lines(merged, 80)]
+    assert lines[0].startswith("FAIL: 0 passed, 4 failed (2 because backends failed)"), lines
+    rows = [line.split() for line in lines[2:] if line.split() and line.split()[0] in ("backends", "compute")]
+    assert [r[:4] for r in rows] == [["backends", "h0", "0", "FAIL"], ["compute", "h0", "0", "FAIL"],
+                                     ["backends", "h1", "1", "FAIL"], ["compute", "h1", "1", "FAIL"]], lines  # fmt: skip
+    assert sum("because backends failed" in line for line in lines[1:]) == 2 and "run devctl doctor" not in "\n".join(lines)
+
+
+@pytest.mark.parametrize("width", [20, 30, 40, 60, 100, 130])
+def test_every_check_view_fits_any_terminal_width(width):
+    """The goldens are at 80 and 200 columns; between and below, no line may pass the edge either (the time, then
+    the host and process, give way; then results go under their rows)."""
+    from golden_reports import VIEWS
+    from rich.cells import cell_len
+
+    from devctl.render.check import check_lines
+
+    for view in (v for v in VIEWS if v.startswith("check-")):
+        lines = [line for text in check_lines(VIEWS[view](), width) for line in text.plain.split("\n")]
+        wide = [line for line in lines if cell_len(line) > width]
+        assert not wide, f"{view} at {width} columns:\n" + "\n".join(wide)
+        assert lines[0].split(":")[0] in ("PASS", "FAIL", "PASS with warnings"), lines[0]
+
+
+def test_a_variable_that_makes_import_jax_raise_is_the_one_cause_and_backends_follows_it():
+    """JAX_ENABLE_X64=maybe: env names the variable and its fix; backends (jax.devices() raises) follows from it,
+    and the checks that had no device follow from backends: one cause, one fix, said once."""
+    env = devctl_env(devices=2, JAX_ENABLE_X64="maybe")
+    checks = _by_name(_doc(run_devctl("check", "--json", env=env), 1))
+    assert checks["env"]["status"] == "fail" and checks["env"]["caused_by"] is None
+    assert (checks["backends"]["status"], checks["backends"]["caused_by"]) == ("fail", "env")
+    assert {n for n, c in checks.items() if c["caused_by"] == "backends"} >= {"devices", "compute", "transfer"}
+    proc = run_devctl("check", env=env)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("FAIL: ") and "because env failed)" in lines[0], lines[0]
+    at = next(i for i, line in enumerate(lines) if line.startswith("env "))
+    assert lines[at + 1].split() == ["backends", "FAIL", "because", "env", "failed"], lines
+    assert lines[at + 1].startswith("  backends") and lines[at + 2].startswith("    devices"), lines
+    assert proc.stdout.count("set it to true or false") == 1, proc.stdout  # the fix, once

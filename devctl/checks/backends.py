@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from devctl.checks.verdict import Verdict, failed, join, passed, skipped, warned
+from devctl.checks.verdict import Verdict, because, failed, join, passed, skipped, warned
 from devctl.model import to_jsonable
 from devctl.model.list_ import BackendStatus
 from devctl.model.memstats import usable_memory
@@ -67,13 +67,17 @@ def check_backends(ctx: Context) -> Verdict:
         details["remedies"] = to_jsonable(outcome.remedies)  # the fix as data (model.remedy), as list and doctor give it
         others = [_failure(b, exp.timeout_s) for b in down if b.platform != outcome.culprit]
         lines = [f"jax.devices() {outcome.result}: {outcome.error or outcome.culprit}", *problems, *others]
-        return failed(join(lines, 2), outcome.fix or "run devctl doctor for a diagnosis", **details)
+        verdict = failed(join(lines, 2), outcome.fix or "run devctl doctor for a diagnosis", **details)
+        # Fixed by an environment change: a variable's value is the cause, and the env check judges the variables
+        # (kept as the cause only where env failed too: JAX_ENABLE_X64=maybe, a refused XLA_FLAGS).
+        return because("env", verdict) if outcome.fix_env else verdict
     if problems:
         return failed(join(problems, 2), remedies[0], **details)
     if not ok:
         why = join([_failure(b, exp.timeout_s) for b in rows], 2) or "no backend is registered"
         return failed(f"no JAX backend initialized: {why}", "run devctl doctor for a diagnosis", **details)
-    summary = ", ".join(f"{b.platform} ({b.init_s:.2f} s)" if b.init_s is not None else b.platform for b in ok)
+    # A CPU backend starts in a few milliseconds: "(0.00 s)" would say nothing, so nothing is said (issue 24).
+    summary = ", ".join(f"{b.platform} ({b.init_s:.2f} s)" if b.init_s is not None and b.init_s >= 0.005 else b.platform for b in ok)
     summary = f"initialized: {summary}; default {inv.default_platform}"
     skipped = [f"{b.platform} {b.status.value}" + (f" ({b.summary})" if b.summary else "") for b in down]
     if down and inv.unused_accelerators:
@@ -122,10 +126,11 @@ def check_devices(ctx: Context) -> Verdict:
         problems.insert(0, f"no {scope} device: jax.devices() {outcome.result}")
         remedies.insert(0, outcome.fix or "run devctl doctor for a diagnosis")
         details["remedies"] = to_jsonable(outcome.remedies)
+    if not devices:  # whatever else is wrong, no device follows from the backends' failure
+        verdict = failed(join(problems), remedies[0], **details) if problems else failed(f"JAX sees no {scope} device", "run devctl doctor for a diagnosis", **details)
+        return because("backends", verdict)
     if problems:
         return failed(join(problems), remedies[0], **details)
-    if not devices:
-        return failed(f"JAX sees no {scope} device", "run devctl doctor for a diagnosis", **details)
     unused = [f"{u.name} at {u.location}: {u.reason}" for u in inv.unused_accelerators]
     summary = f"{len(devices)} {scope} device(s): {', '.join(kinds)}"
     if unused:
@@ -152,8 +157,8 @@ def check_memory(ctx: Context) -> Verdict:
     }
     if not devices:
         if exp.min_memory_bytes is not None:
-            return failed(f"no {scope} device to measure", "run devctl doctor for a diagnosis", **details)
-        return skipped(f"no {scope} device", **details)
+            return because("backends", failed(f"no {scope} device to measure", "run devctl doctor for a diagnosis", **details))
+        return because("backends", skipped(f"no {scope} device", **details))
     if exp.min_memory_bytes is None:
         if not known:
             return skipped(f"{scope} devices report no memory_stats(), so no bytes_limit", **details)

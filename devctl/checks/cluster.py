@@ -39,6 +39,7 @@ def merge_reports(reports: list[dict[str, Any]], *, strict: bool, expectations: 
                     remediation=c.get("remediation"),
                     duration_s=c.get("duration_s") or 0.0,
                     details={**(c.get("details") or {}), "check": c["name"], "hostname": host, "process_index": index},
+                    caused_by=cluster_check_name(c["caused_by"], host, index) if c.get("caused_by") else None,
                 )
             )
     across = host_stragglers(reports)

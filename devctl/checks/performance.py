@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from devctl.checks.verdict import Verdict, failed, join, passed, skipped
+from devctl.checks.verdict import Verdict, because, failed, join, passed, skipped
 from devctl.model import bench_collective as coll
 from devctl.model.bench_chip import Comparison
 from devctl.model.bench_matmul import MatmulOptions
@@ -49,7 +49,7 @@ def check_memory_bw(ctx: Context) -> Verdict:
         return skipped("no --min-memory-bw expectation (devctl bench memory measures each device's memory bandwidth)")
     report, why = ctx.bench("memory")
     if report is None:
-        return failed(f"could not measure memory bandwidth: {why}", "run devctl bench memory for details")
+        return _unmeasured(ctx, failed(f"could not measure memory bandwidth: {why}", "run devctl bench memory for details"))
     size = format_size_short(report.results[0].size_bytes) if report.results else "?"
     return _judge(
         report.comparison, want, "--min-memory-bw", "memory", f"memory copy at {size}",
@@ -64,13 +64,18 @@ def check_matmul(ctx: Context) -> Verdict:
         return skipped("no --min-tflops expectation (devctl bench matmul measures each device's matmul throughput)")
     report, why = ctx.bench("matmul")
     if report is None:
-        return failed(f"could not measure matmul throughput: {why}", "run devctl bench matmul for details")
+        return _unmeasured(ctx, failed(f"could not measure matmul throughput: {why}", "run devctl bench matmul for details"))
     comparison = report.comparisons[0]
     side = report.results[0].n if report.results else "?"
     return _judge(
         comparison, want, "--min-tflops", "matmul", f"{comparison.metric} matmul {side}x{side}",
         "check clocks, power and thermal throttling (nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE), then run devctl bench matmul",
     )  # fmt: skip
+
+
+def _unmeasured(ctx: Context, verdict: Verdict) -> Verdict:
+    """A benchmark that could not run: because of the backends check when no backend gave it a device to measure."""
+    return because("backends", verdict) if ctx.bench_platform()[0] is None else verdict
 
 
 def _judge(comp: Comparison, want: float, flag: str, bench: str, what: str, remedy: str) -> Verdict:
@@ -103,7 +108,7 @@ def check_busbw(ctx: Context) -> Verdict:
         return skipped("no --min-busbw expectation (devctl bench collective measures the collectives' bus bandwidth)")
     report, why = ctx.bench("collective")
     if report is None:
-        return failed(f"could not measure all-reduce bus bandwidth: {why}", "run devctl bench collective for details")
+        return _unmeasured(ctx, failed(f"could not measure all-reduce bus bandwidth: {why}", "run devctl bench collective for details"))
     cells = [c for c in report.results if c.collective == "all-reduce"]
     measured = [c for c in cells if c.busbw_gbps is not None]
     if not measured:
@@ -132,7 +137,7 @@ def check_stragglers(ctx: Context) -> Verdict:
     for kind in ("memory", "matmul"):
         report, why = ctx.bench(kind)
         if report is None:
-            return failed(f"could not measure the {kind} figures to compare: {why}", f"run devctl bench {kind} for details")
+            return _unmeasured(ctx, failed(f"could not measure the {kind} figures to compare: {why}", f"run devctl bench {kind} for details"))
         comp = report.comparison if kind == "memory" else report.comparisons[0]
         comparisons.append(comp)
         # Every device's figure, for a person and for the cluster's verdict (checks.cluster compares the hosts).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from devctl.model.check import CheckStatus
@@ -14,6 +14,9 @@ class Verdict:
     message: str
     remediation: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    # The check whose failure this verdict follows from (no backend, so no device to run on). The runner keeps
+    # it only when that check ran and failed; the table then shows this one under it instead of as a row of its own.
+    caused_by: str | None = None
 
 
 def passed(message: str, **details: Any) -> Verdict:
@@ -30,6 +33,11 @@ def failed(message: str, remediation: str | None, **details: Any) -> Verdict:
 
 def skipped(message: str, **details: Any) -> Verdict:
     return Verdict(CheckStatus.SKIP, message, None, details)
+
+
+def because(cause: str, verdict: Verdict) -> Verdict:
+    """`verdict`, said to follow from the check `cause` failing."""
+    return replace(verdict, caused_by=cause)
 
 
 def worst(verdicts: list[Verdict]) -> CheckStatus:

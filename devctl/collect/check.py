@@ -68,11 +68,11 @@ def run_checks(ctx: Context, on_result: Callable[[CheckResult], None] | None = N
                 "rerun with DEVCTL_DEBUG=1 and report it",
             )
         own_s = max(0.0, time.monotonic() - started - ctx.take_wait_s())
-        result = CheckResult(name, verdict.status, verdict.message, verdict.remediation, round(own_s, 3), verdict.details)
+        result = CheckResult(name, verdict.status, verdict.message, verdict.remediation, round(own_s, 3), verdict.details, verdict.caused_by)
         results.append(result)
         if on_result:
             on_result(result)
-    return results
+    return with_causes(results)
 
 
 def build_report(ctx: Context, results: list[CheckResult], *, strict: bool, elapsed_s: float) -> CheckReport:
@@ -98,6 +98,18 @@ def build_report(ctx: Context, results: list[CheckResult], *, strict: bool, elap
         phases_s=dict(ctx.phases_s),
         elapsed_s=round(elapsed_s, 3),
     )
+
+
+def with_causes(results: list[CheckResult]) -> list[CheckResult]:
+    """Each result's caused_by kept only where the check it names ran and failed: with --skip backends, or when
+    backends passed, a check that found no device stands on its own."""
+    failed = {r.name for r in results if r.status is CheckStatus.FAIL}
+    kept = []
+    for r in results:
+        if r.caused_by is not None and (r.caused_by not in failed or r.caused_by == r.name):
+            r = dataclasses.replace(r, caused_by=None)
+        kept.append(r)
+    return kept
 
 
 def check(

@@ -56,6 +56,16 @@ PHASES: tuple[Phase, ...] = get_args(Phase)
 FINDING_CODE_PATTERN = "^DEVCTL_FR_[A-Z0-9_]+$"
 
 
+# The checks that run only when their expectation is set: the Expectations field and the flag that sets it. Left
+# unset, each is a skip that says only "not asked", and the table says them together in one line.
+ASKED_BY: dict[str, tuple[str, str]] = {
+    "memory-bw": ("min_memory_bw_gbps", "--min-memory-bw"),
+    "matmul": ("min_tflops", "--min-tflops"),
+    "busbw": ("min_busbw_gbps", "--min-busbw"),
+    "stragglers": ("stragglers", "--stragglers"),
+}
+
+
 class CheckStatus(str, enum.Enum):
     PASS = "pass"
     WARN = "warn"
@@ -99,6 +109,7 @@ class CheckResult:
     # Open on purpose: each check puts the figures behind its own verdict here (per device, per GPU, per
     # variable), a different shape per check, for people and scripts to read; no program relies on one shape.
     details: dict[str, Any] = field(default_factory=dict)  # figures behind the verdict, per device or GPU; shape varies per check
+    caused_by: str | None = field(default=None, metadata=json_schema(pattern=CHECK_NAME_PATTERN))  # the failed check this result follows from (skipped or failed because that one failed: no backend, so no device to run on); null when it stands on its own
 
 
 @dataclass(frozen=True)
