@@ -123,14 +123,15 @@ def test_watch_keeps_one_layout_for_its_first_12_frames(columns, rows, tmp_path)
         threading.Thread(target=job.wait, daemon=True).start()  # reaped when it exits, as a shell would
         shown = _run_in_pty(
             [sys.executable, "-m", "devctl", "memstats", "--watch", "--interval", "0.5", "--leak-samples", "0"],
-            env, columns, rows, until="sample 13 at", timeout_s=120,
+            env, columns, rows, until="sample 25 at", timeout_s=180,
         )  # fmt: skip
     finally:
         job.kill()
         job.wait()
     text = _ESCAPES.sub("", shown)
     assert "Traceback" not in text, text
-    frames = re.split(r"devctl memstats --watch: sample \d+ at", text)[1:13]
+    watched = re.split(r"devctl memstats --watch: sample \d+ at", text)[1:25]
+    frames = watched[:12]  # the layout's promise is for the first 12; the job's exit may come after them on a busy machine
     assert len(frames) == 12
     heads = [_table_head(frame, "devices") for frame in frames]
     assert heads[0] is not None and "history" in heads[0][-1], frames[0]
@@ -142,7 +143,7 @@ def test_watch_keeps_one_layout_for_its_first_12_frames(columns, rows, tmp_path)
         footer = next((drawn[i:] for i, line in enumerate(drawn) if line.startswith("headroom:")), [])
         assert 1 <= len(footer) <= 2, "\n".join(drawn)
     # The job exited mid-watch: its rows stay, said as exited, and the history of its device is not a wall of blocks.
-    assert "exited" in frames[-1], frames[-1]
+    assert any("exited" in frame for frame in watched), watched[-1]
 
 
 def test_a_job_caught_between_its_snapshot_and_its_exit_is_said_to_exit_and_its_rows_say_so(monkeypatch):
@@ -156,8 +157,8 @@ def test_a_job_caught_between_its_snapshot_and_its_exit_is_said_to_exit_and_its_
     monkeypatch.setattr(procs, "pid_alive", lambda root, pid: alive.get(pid, False))
     sampler = MemstatsSampler(device_filter=None, timeout_s=10)
     assert sampler._jobs_gone([SimpleNamespace(pid=4821, command=["python", "train.py"])]) == []
-    assert sampler._jobs_gone([]) == ["job 4821 (python train.py) stopped publishing (its last snapshot is stale)"]
+    assert sampler._jobs_gone([]) == ["job 4821 (train.py) stopped publishing (its last snapshot is stale)"]
     assert sampler._jobs_gone([]) == []
     alive[4821] = False
-    assert sampler._jobs_gone([]) == ["job 4821 (python train.py) exited"]
+    assert sampler._jobs_gone([]) == ["job 4821 (train.py) exited"]
     assert sampler._jobs_gone([]) == []
