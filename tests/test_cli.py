@@ -77,7 +77,7 @@ def test_completion_answers_options_of_the_command_typed(shell, line, expected):
 def test_completion_request_of_another_protocol_is_one_line_exit_2():
     # typer's protocol (a script installed from an older devctl): say what to do instead of printing nothing.
     proc = run_devctl(env=devctl_env(_DEVCTL_COMPLETE="complete_bash", COMP_WORDS="devctl li", COMP_CWORD="1"))
-    assert_usage_error(proc, "complete_bash", "completions/")
+    assert_usage_error(proc, "complete_bash", "devctl completion SHELL --install")
     assert proc.stderr.startswith("devctl: error: ")
 
 

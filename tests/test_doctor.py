@@ -223,8 +223,8 @@ def test_every_finding_code_is_documented_and_every_advice_is_a_finding():
     from devctl.checks.advice import code_of
     from devctl.checks.catalogue import CATALOGUE
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    documented = set(re.findall(r"`(DEVCTL_FR_[A-Z0-9_]+)`", readme))
+    catalogue = (Path(__file__).resolve().parent.parent / "docs" / "doctor.md").read_text()
+    documented = set(re.findall(r"`(DEVCTL_FR_[A-Z0-9_]+)`", catalogue))
     assert {code_of(f) for f in CATALOGUE} <= documented
     # list and check show advice by code: each must be a catalogue finding doctor can explain.
     source = (Path(__file__).resolve().parent.parent / "devctl" / "checks" / "advice.py").read_text()

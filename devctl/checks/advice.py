@@ -3,7 +3,7 @@
 `list` shows it beside the row, `check` gives it as the remediation and `doctor`
 as the finding, so the three never disagree. Evidence about the machine comes
 first (no NVIDIA GPU at all is not a broken plugin); error text second. Each
-advice carries a stable code (README: "Finding codes") and its fix as data
+advice carries a stable code (docs/doctor.md: "Finding codes") and its fix as data
 (devctl.model.remedy: environment changes, pip commands), one Remedy per way the
 line offers, which the oracle tests (tests/test_oracle*.py) apply to real JAX.
 """

@@ -4,7 +4,7 @@ Each entry mirrors reference/failure-modes.md §1 (its number, cause and fix);
 entries numbered None are devctl's own. The rules that recognize them live in
 devctl.checks.diagnosis and the rules_* modules; devctl.checks.advice gives
 list and check the same entries by code. No logic here: adding an entry is a
-data change, and the README's table of finding codes must name it (a test checks).
+data change, and docs/doctor.md's table of finding codes must name it (a test checks).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ The directory helpers are shared with the writer (devctl.publish) so both
 sides agree on where to look and what to refuse; what a snapshot may hold, and
 how one is decoded and checked, is devctl.discovery.snapshot_format.
 
-What the reader trusts, and what it does not (see the README's threat model):
+What the reader trusts, and what it does not (see SECURITY.md):
 - the directory's name may have been planted by another user (/dev/shm is
   world-writable): a symbolic link there is refused, never followed, and the
   directory is opened once (O_NOFOLLOW | O_DIRECTORY) and used through that fd;

@@ -2,7 +2,7 @@
 
 The writer (devctl.publish) and the reader (devctl.discovery.publishers)
 share the bounds and the prefix every snapshot begins with. Anything read may
-be damaged or hostile (see the README's threat model): a document is checked
+be damaged or hostile (see SECURITY.md): a document is checked
 for size and nesting before json parses it, number tokens are checked while
 it parses, and every value is checked for type and range before it becomes a
 field of a PublisherSnapshot. No jax, numpy or psutil import here.

@@ -52,7 +52,7 @@ def split_check_name(name: str) -> tuple[str, str | None, int | None]:
 # key of CheckReport.phases_s; its time is not in any check's duration_s.
 Phase = Literal["inventory", "environment", "health", "bench-memory", "bench-matmul", "bench-collective", "nvml", "hardware", "host"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
-# A finding code, printed beside a problem by check, doctor and list: DEVCTL_FR_ and the id in upper case (README: finding codes).
+# A finding code, printed beside a problem by check, doctor and list: DEVCTL_FR_ and the id in upper case (docs/doctor.md: finding codes).
 FINDING_CODE_PATTERN = "^DEVCTL_FR_[A-Z0-9_]+$"
 
 

@@ -43,7 +43,7 @@ class DoctorFinding:
     references: list[str] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)  # checks whose verdict this explains
     backends: list[str] = field(default_factory=list)  # backend and plugin rows (their platform in devctl list) whose failure this explains
-    code: str = field(kw_only=True, metadata=json_schema(pattern=FINDING_CODE_PATTERN))  # stable finding code, DEVCTL_FR_<ID> (README: finding codes)
+    code: str = field(kw_only=True, metadata=json_schema(pattern=FINDING_CODE_PATTERN))  # stable finding code, DEVCTL_FR_<ID> (docs/doctor.md: finding codes)
 
 
 @dataclass(frozen=True)

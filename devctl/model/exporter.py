@@ -1,6 +1,6 @@
 """`devctl exporter`: the metrics it exports, as data (names, kinds, help, labels), and what one collection found.
 
-The README's metric table, the Grafana dashboard's test and the collector all read METRICS, so a metric is named
+docs/exporter.md's metric table, the Grafana dashboard's test and the collector all read METRICS, so a metric is named
 in one place. Names follow Prometheus' conventions as dcgm-exporter 4.9 moved to: a `devctl_` prefix, base units
 as suffixes (`_bytes`, `_seconds`, `_ratio`, `_celsius`, `_watts`), `_total` on counters. Pure stdlib.
 """

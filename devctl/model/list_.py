@@ -48,7 +48,7 @@ class BackendInfo:
     plugin: str | None = None  # the plugin package or env entry that failed before providing a backend
     source: str | None = None  # "env" for a PJRT_NAMES_AND_LIBRARY_PATHS entry
     hint: str | None = None  # what to do, one line (devctl.checks.advice)
-    code: str | None = field(default=None, metadata=json_schema(pattern=FINDING_CODE_PATTERN))  # the finding code of that advice (README: finding codes)
+    code: str | None = field(default=None, metadata=json_schema(pattern=FINDING_CODE_PATTERN))  # the finding code of that advice (docs/doctor.md: finding codes)
     summary: str | None = None  # what is wrong, in the machine's terms (the error says it in the library's)
     remedies: list[Remedy] = field(default_factory=list)  # `hint` as data: each way it offers (model.remedy)
 

@@ -24,7 +24,7 @@ from typing import Any
 # registered) arrives before the client gives up with a bare DEADLINE_EXCEEDED.
 _CONNECT_MARGIN_S = 1
 # ... and the child gives up this long after --timeout, whatever JAX is doing: 1 s for the
-# service's answer above, 1 s to leave. So a join waits at most --timeout + 2 s (README).
+# service's answer above, 1 s to leave. So a join waits at most --timeout + 2 s (docs/cluster.md).
 JOIN_GRACE_S = 2
 
 
