@@ -91,7 +91,7 @@ def mesh_run() -> dict:
 
 def test_every_collective_on_each_named_axis(mesh_run):
     doc = mesh_run
-    assert doc["schema"] == "devctl.bench.collective/1"
+    assert doc["schema"] == "devctl.bench.collective/2"
     assert [(a["name"], a["size"], a["groups"], a["scope"]) for a in doc["axes"]] == [
         ("data", 2, 2, "intra-host"), ("model", 2, 2, "intra-host"),
     ]  # fmt: skip

@@ -31,7 +31,7 @@ def run() -> dict:
 
 
 def test_every_device_dtype_and_size(run):
-    assert run["schema"] == "devctl.bench.matmul/1"
+    assert run["schema"] == "devctl.bench.matmul/2"
     assert [(c["device"], c["dtype"], c["n"]) for c in run["results"]] == [
         (f"cpu:{i}", dtype, n) for i in range(2) for dtype in ("bf16", "f32") for n in (64, 128)
     ]

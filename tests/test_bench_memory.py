@@ -33,7 +33,7 @@ def run() -> dict:
 
 
 def test_every_device_at_every_size_with_its_statistics(run):
-    assert run["schema"] == "devctl.bench.memory/1"
+    assert run["schema"] == "devctl.bench.memory/2"
     assert [(c["device"], c["size_bytes"]) for c in run["results"]] == [
         (f"cpu:{i}", size) for i in range(4) for size in (MIB, 4 * MIB)
     ]
@@ -170,7 +170,7 @@ def test_an_unknown_device_is_named_by_the_child():
 def test_json_is_one_document():
     proc = run_devctl("bench", "memory", "--sizes", "1M", "--repeats", "3", "--min-time", "0", "--device", "0", "--json", env=cpu_env())
     assert proc.returncode == 0
-    assert json.loads(proc.stdout)["schema"] == "devctl.bench.memory/1"
+    assert json.loads(proc.stdout)["schema"] == "devctl.bench.memory/2"
 
 
 # ---- bursts: how a sample is built, and that its calls all ran ------------------------------------------------

@@ -64,7 +64,7 @@ def variants_run() -> dict:
 
 def test_default_directions_main_variants(main_run):
     doc = main_run
-    assert doc["schema"] == "devctl.bench.transfer/1"
+    assert doc["schema"] == "devctl.bench.transfer/2"
     # The default on CPU devices is each direction's plain call: their pinned_host memory (recent jaxlibs) is host
     # memory like a numpy array's, not a faster path. Accelerators add pinned h2d and d2h (test_units_bench).
     assert {(c["direction"], c["variant"]) for c in doc["results"]} == {
@@ -519,7 +519,7 @@ def test_bad_baselines(tmp_path):
     other.write_text(json.dumps({"schema": "devctl.list/1", "devices": []}))
     edited = tmp_path / "edited.json"
     cell = {"direction": "h2d", "variant": "pageable", "layout": "single", "size_bytes": 4096, "src": "host", "dst": "cpu:0", "gbps": "fast"}
-    edited.write_text(json.dumps({"schema": "devctl.bench.transfer/1", "results": [cell]}))
+    edited.write_text(json.dumps({"schema": "devctl.bench.transfer/2", "results": [cell]}))
     for path, needle in (
         (missing, "no such file"), (not_json, "is not JSON"), (other, "not a devctl bench transfer result"),
         (edited, "results[0] has gbps 'fast'"),
@@ -527,7 +527,7 @@ def test_bad_baselines(tmp_path):
         proc = run_devctl("bench", "transfer", "--baseline", str(path), env=cpu_env())
         assert_usage_error(proc, needle)
     bad_pct = tmp_path / "ok.json"
-    bad_pct.write_text(json.dumps({"schema": "devctl.bench.transfer/1", "results": []}))
+    bad_pct.write_text(json.dumps({"schema": "devctl.bench.transfer/2", "results": []}))
     assert_usage_error(run_devctl("bench", "transfer", "--baseline", str(bad_pct), "--max-regression", "150%", env=cpu_env()), "150%")
 
 

@@ -337,7 +337,8 @@ def test_h200_transfer_verdict_names_pinned_fastest_with_how_far_each_path_is_fr
     from devctl.render.bench import summary_lines
 
     doc = json.loads((Path(__file__).parent / "fixtures" / "h200" / "bench-transfer-variants-all-64m-1g.json").read_text())
-    report = from_dict(m.TransferReport, doc)
+    # Recorded as version 1: version 2 only added each cell's timing method and overhead (defaults here).
+    report = from_dict(m.TransferReport, {**doc, "schema": m.SCHEMA})
     report = replace(report, fastest=fastest_paths(report.results))
     h2d, d2h = report.fastest
     assert (h2d.direction, h2d.variant, h2d.size_bytes, round(h2d.gbps or 0, 1)) == ("h2d", "pinned", GIB, 49.5)
@@ -498,13 +499,13 @@ def test_host_estimate_is_linear_in_the_size():
 
 
 def test_stats_of_no_samples_are_unknown_not_zero():
-    from devctl.probe.transfer_measure import sample_stats
+    from devctl.model.timing import sample_stats
 
     assert sample_stats([]) == dict.fromkeys(("min_s", "p10_s", "median_s", "p90_s", "max_s", "mean_s", "cv"))
 
 
 def test_stats_are_order_free_and_interpolated():
-    from devctl.probe.transfer_measure import sample_stats
+    from devctl.model.timing import sample_stats
 
     st = sample_stats([5.0, 1.0, 4.0, 2.0, 3.0])
     assert (st["min_s"], st["median_s"], st["max_s"], st["mean_s"]) == (1.0, 3.0, 5.0, 3.0)
@@ -513,14 +514,14 @@ def test_stats_are_order_free_and_interpolated():
 
 
 def test_stats_of_one_sample_have_no_spread():
-    from devctl.probe.transfer_measure import sample_stats
+    from devctl.model.timing import sample_stats
 
     st = sample_stats([2e-3])
     assert st["median_s"] == st["p10_s"] == st["p90_s"] == 2e-3 and st["cv"] is None
 
 
 def test_median_of_an_even_count_is_the_midpoint():
-    from devctl.probe.transfer_measure import sample_stats
+    from devctl.model.timing import sample_stats
 
     assert sample_stats([1.0, 2.0, 3.0, 10.0])["median_s"] == 2.5
 

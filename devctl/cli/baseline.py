@@ -164,7 +164,9 @@ def _read_result(path: str, command: str, schema: str) -> dict:
     except ValueError as e:
         raise UsageError(f"{where} is not JSON ({e}); {give}") from None
     found_schema = doc.get("schema") if isinstance(doc, dict) else None
-    if found_schema != schema or not isinstance(doc.get("results"), list):
+    # Version 1 cells carry the same figures and spread; only `method` and the overhead fields came with 2.
+    accepted = (schema, schema.rsplit("/", 1)[0] + "/1")
+    if found_schema not in accepted or not isinstance(doc.get("results"), list):
         found = f"schema {shown(found_schema)}" if isinstance(found_schema, str) else "no schema field"
         raise UsageError(f"{where} is not a devctl {command} result ({found}; expected {schema!r})")
     return doc

@@ -11,9 +11,10 @@ from typing import Annotated, Any, ClassVar, Iterable, Literal, TypedDict, cast,
 
 from devctl.model import from_dict, json_schema
 from devctl.model.devices import DeviceRef
+from devctl.model.timing import Timing
 from devctl.units import figure
 
-SCHEMA = "devctl.bench.transfer/1"
+SCHEMA = "devctl.bench.transfer/2"
 
 # The words a cell is named by. Fields hold them as str (the CLI, the probe child and the renderers pass them
 # around as text); the JSON Schema still allows only these (json_schema(enum=...)).
@@ -135,7 +136,7 @@ class TransferOptions:
 
 
 @dataclass(frozen=True)
-class Cell:
+class Cell(Timing):
     """One measured (or skipped) transfer: a direction, variant, layout, size and path."""
 
     # Two facts the types cannot say: a zero-copy or skipped cell has no bandwidth, and a skipped one no samples.
@@ -154,14 +155,6 @@ class Cell:
     dst: str
     devices_involved: int = field(default=1, metadata=json_schema(minimum=1))
     bytes_moved: int | None = field(default=None, metadata=json_schema(minimum=0))  # bytes that really crossed, e.g. N x size for a replicated put
-    samples: int = field(default=0, metadata=json_schema(minimum=0))
-    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    p10_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    median_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    p90_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    max_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    mean_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    cv: float | None = field(default=None, metadata=json_schema(minimum=0))  # coefficient of variation of the samples
     gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # decimal GB/s from the median; None when zero-copy or skipped
     peak_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # from the fastest sample, for comparison with event-timed tools
     per_device_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))
@@ -459,7 +452,7 @@ def pooled(baselines: list[Baseline]) -> Baseline:
     if len(baselines) == 1:
         return baselines[0]
     as_figures = [
-        gate.Baseline(b.name, {k: gate.Figure(k, "", c.gbps, c.samples or 0, c.p10_s, c.median_s, c.p90_s) for k, c in b.cells.items()}, b.runs)
+        gate.Baseline(b.name, {k: gate.Figure.of(k, "", c.gbps, c) for k, c in b.cells.items()}, b.runs)
         for b in baselines
     ]
     pool = gate.pool(as_figures)

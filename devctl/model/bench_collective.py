@@ -23,9 +23,10 @@ from typing import Any, ClassVar, Literal, TypedDict, get_args
 from devctl.model import from_dict, json_schema
 from devctl.model.bench import BenchDevice
 from devctl.model.gate import BenchGate, Figure
+from devctl.model.timing import Timing
 from devctl.units import format_size_short
 
-SCHEMA = "devctl.bench.collective/1"
+SCHEMA = "devctl.bench.collective/2"
 
 Collective = Literal["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ppermute"]
 COLLECTIVES: tuple[str, ...] = get_args(Collective)
@@ -135,7 +136,7 @@ class MeshAxis:
 
 
 @dataclass(frozen=True)
-class CollectiveCell:
+class CollectiveCell(Timing):
     """One collective on one axis at one size and dtype (or one ppermute pair), measured or skipped."""
 
     # A skipped cell has no samples and no bandwidth.
@@ -151,14 +152,6 @@ class CollectiveCell:
     dtype: str = field(metadata=json_schema(enum=DTYPES))
     src: str | None = None  # ppermute-pair: the sending device (its index on the axis where the mesh has several groups)
     dst: str | None = None
-    samples: int = field(default=0, metadata=json_schema(minimum=0))
-    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    p10_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    median_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    p90_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    max_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    mean_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    cv: float | None = field(default=None, metadata=json_schema(minimum=0))  # coefficient of variation of the samples
     algbw_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # S / median, decimal GB/s
     busbw_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # algbw x nccl-tests' factor
     compile_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # lowering and compiling, once, untimed
@@ -253,7 +246,7 @@ def gate_figure(c: CollectiveCell) -> Figure:
     pair = f" {c.src}->{c.dst}" if c.src is not None else ""
     label = f"{c.collective} {c.axis}{pair} {format_size_short(c.size_bytes)} {c.dtype}"
     key = (c.collective, c.axis, c.ranks, c.size_bytes, c.dtype, c.src, c.dst)
-    return Figure(key, label, c.busbw_gbps, c.samples, c.p10_s, c.median_s, c.p90_s)
+    return Figure.of(key, label, c.busbw_gbps, c)
 
 
 def gated(f: Figure) -> bool:

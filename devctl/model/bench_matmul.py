@@ -12,8 +12,9 @@ from devctl.model import json_schema
 from devctl.model.bench import BenchDevice
 from devctl.model.bench_chip import BURST_MIN_S, ChipEnvironment, ChipOptions, Comparison
 from devctl.model.gate import BenchGate, Figure
+from devctl.model.timing import Timing
 
-SCHEMA = "devctl.bench.matmul/1"
+SCHEMA = "devctl.bench.matmul/2"
 
 Dtype = Literal["bf16", "f32"]
 DTYPES: tuple[str, ...] = get_args(Dtype)
@@ -53,7 +54,7 @@ class MatmulOptions(ChipOptions):
 
 
 @dataclass(frozen=True)
-class MatmulCell:
+class MatmulCell(Timing):
     """One device, one dtype, one size: C = A @ B with A and B square, timed in bursts of calls (figures per call)."""
 
     device: str  # "cpu:0", "cuda:3"
@@ -61,22 +62,6 @@ class MatmulCell:
     n: int = field(metadata=json_schema(minimum=1))  # the matrices' side
     precision: str  # jax.lax.Precision of the dot: HIGHEST for f32 (full FP32 math), DEFAULT for bf16
     flops: int = field(metadata=json_schema(minimum=1))  # per call: 2 n^3
-    samples: int = field(default=0, metadata=json_schema(minimum=0))  # bursts timed; each gives one time per call (its wall time / calls_per_sample)
-    # Calls dispatched back to back per sample, then one block_until_ready on the last; calibrated per device and
-    # cell so that a burst lasts the environment's burst_min_s. None: nothing timed.
-    calls_per_sample: int | None = field(default=None, metadata=json_schema(minimum=1))
-    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # seconds per call, min ... max over the samples
-    p10_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    median_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    p90_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    max_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    mean_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    cv: float | None = field(default=None, metadata=json_schema(minimum=0))  # coefficient of variation of the samples
-    single_call_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # median of one call + block_until_ready, timed alone
-    # Launch + host synchronisation per call: the median over the rounds of a call timed alone less the time per
-    # call of the burst right after it, 0 where the single calls were no slower. A step that waits for its result
-    # pays it; tflops leaves it out.
-    call_overhead_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     tflops: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # flops / median, in 10^12 per second
     peak_tflops: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # from the fastest sample
     roof_tflops: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # the device kind's published dense peak for this dtype
@@ -106,7 +91,7 @@ GATE_UNIT = "TFLOP/s"
 
 
 def gate_figure(c: MatmulCell) -> Figure:
-    return Figure((c.device, c.dtype, c.n), f"{c.device} {c.dtype} {c.n}x{c.n}", c.tflops, c.samples, c.p10_s, c.median_s, c.p90_s)
+    return Figure.of((c.device, c.dtype, c.n), f"{c.device} {c.dtype} {c.n}x{c.n}", c.tflops, c)
 
 
 METHOD = (

@@ -16,6 +16,7 @@ from statistics import median
 from typing import Callable, Hashable, Iterable
 
 from devctl.model import json_schema
+from devctl.model.timing import Timing
 
 # For roughly normal samples the p10-p90 spread is 2.563 standard deviations; a median of n samples has a
 # standard error of 1.2533 standard deviations over sqrt(n); 1.96 of those bound ~95% of its chance moves.
@@ -55,6 +56,10 @@ class Figure:
     p10_s: float | None = None
     median_s: float | None = None
     p90_s: float | None = None
+
+    @classmethod
+    def of(cls, key: Hashable, label: str, value: float | None, timing: Timing) -> Figure:
+        return cls(key, label, value, timing.samples, timing.p10_s, timing.median_s, timing.p90_s)
 
     @property
     def noise_pct(self) -> float | None:

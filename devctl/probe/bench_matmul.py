@@ -160,7 +160,6 @@ def cell(dev, base: m.MatmulCell, timing: Timing, verified: bool, note: str | No
     roof = None if known is None else (known.bf16_tflops if base.dtype == "bf16" else known.f32_tflops)
     return _replace(
         base,
-        samples=len(timing.per_call),
         tflops=tflops,
         peak_tflops=peak,
         roof_tflops=roof,

@@ -164,7 +164,6 @@ def cell(dev, name: str, size: int, used: int, timing: Timing, verified: bool, n
         device=name,
         size_bytes=size,
         bytes_moved=moved,
-        samples=len(timing.per_call),
         gbps=gbps,
         peak_gbps=peak,
         roof_gbps=roof,

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from devctl.model.bench_chip import BURST_MIN_S, ChipOptions
+from devctl.model.timing import sample_stats
 from devctl.probe.channel import emit
 from devctl.probe.transfer_devices import device_free_bytes, device_name, dist_version
-from devctl.probe.transfer_measure import host_available_bytes, sample_stats
+from devctl.probe.transfer_measure import host_available_bytes
 from devctl.units import format_bytes
 
 # Above this many samples a cell has said all it can.
@@ -178,7 +179,7 @@ class Timing:
         single = sample_stats(self.single)["median_s"]
         extra = sample_stats(self.extra)["median_s"]
         overhead = max(0.0, extra) if extra is not None else None
-        return {**st, "calls_per_sample": self.calls_per_sample, "single_call_s": single, "call_overhead_s": overhead}
+        return {"method": "burst", "samples": len(self.per_call), **st, "calls_per_sample": self.calls_per_sample, "single_call_s": single, "call_overhead_s": overhead}
 
 
 def burst(call: Callable[[], Any], calls: int) -> float:

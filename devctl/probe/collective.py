@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from devctl.model import bench_collective as m
 from devctl.model import to_jsonable
+from devctl.model.timing import single_timing
 from devctl.probe.channel import emit, read_request, release_runtime
 from devctl.probe.collective_cluster import Agreement, join_cluster, leave
 from devctl.probe.collective_ops import (
@@ -39,7 +40,7 @@ from devctl.probe.collective_ops import (
     make_input,
 )
 from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, dist_version
-from devctl.probe.transfer_measure import host_available_bytes, sample_stats
+from devctl.probe.transfer_measure import host_available_bytes
 from devctl.units import format_bytes, format_seconds, format_size_short
 
 # A cell of tiny calls has said all it can long before its budget: no more samples than this.
@@ -253,9 +254,9 @@ class Bench:
         finally:
             del x, compiled
             gc.collect()  # free this cell's buffers before the next one allocates
-        stats = sample_stats(samples)
+        stats = single_timing(samples)
         algbw, busbw = m.bandwidths(collective, measured, n, stats["median_s"])
-        return m.CollectiveCell(**what, samples=len(samples), **stats, algbw_gbps=algbw, busbw_gbps=busbw, compile_s=round(compile_s, 6), note=note)
+        return m.CollectiveCell(**what, **stats, algbw_gbps=algbw, busbw_gbps=busbw, compile_s=round(compile_s, 6), note=note)
 
     def _cannot_fit(self, collective: str, size: int, n: int) -> str | None:
         per_device = int((m.input_bytes(collective, size, n) + m.output_bytes(collective, size, n)) * MEMORY_FACTOR)

@@ -31,10 +31,11 @@ from dataclasses import replace
 
 from devctl.model import bench as m
 from devctl.model import to_jsonable
+from devctl.model.timing import sample_stats, single_timing
 from devctl.probe.channel import emit, read_request, release_runtime
 from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, dist_version, memory_kinds
 from devctl.probe.transfer_links import LINK_SAMPLE_MIN_BYTES, read_nvml_links, sample_link
-from devctl.probe.transfer_measure import HostBuffers, host_available_bytes, moved_bytes, ranges, sample_stats
+from devctl.probe.transfer_measure import HostBuffers, host_available_bytes, moved_bytes, ranges
 from devctl.probe.transfer_plan import DEVICE_COPIES, Plan, Spec, UsageProblem, devices_involved, zero_copy_note
 from devctl.probe.transfer_recipes import Recipes, Transfer
 from devctl.units import format_bytes
@@ -276,7 +277,7 @@ class Bench(Plan, Recipes):
         return samples, moved
 
     def _cell(self, spec: Spec, samples, moved, verified, roof: m.MemcpyRoof, note) -> m.Cell:
-        st = sample_stats(samples)
+        st = single_timing(samples)
         zero = moved == 0
         involved = devices_involved(spec)
         gbps = None if zero or moved is None or not st["median_s"] else moved / st["median_s"] / 1e9
@@ -290,7 +291,6 @@ class Bench(Plan, Recipes):
         return m.Cell(
             **self._what(spec),
             bytes_moved=moved,
-            samples=len(samples),
             gbps=gbps,
             peak_gbps=peak,
             per_device_gbps=per_dev,
