@@ -96,8 +96,9 @@ def test_judge_uses_the_transfer_gates_band_and_pooling():
     assert pooled.runs == 3 and pooled.figures["b"].value == 100 and pooled.run_spread_pct["b"] == pytest.approx(10.0)
     assert judge([fig("b", 80)], pooled, 10, "GB/s").passed  # -20% inside 10 + 2 + 10
     assert not judge([fig("b", 70)], pooled, 10, "GB/s").passed
-    left_out = judge([fig("a", 1)], base, 10, "GB/s", gated=lambda f: False)
+    left_out = judge([fig("a", 1)], base, 10, "GB/s", lambda baseline: lambda f: "small")
     assert (left_out.compared, left_out.gated, left_out.not_gated, left_out.passed) == (1, 0, 1, True)
+    assert left_out.left_out == {"small": 1}
 
 
 def test_a_loaded_runs_slow_calls_cannot_hide_a_drop_its_fast_calls_show():

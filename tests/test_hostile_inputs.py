@@ -246,7 +246,7 @@ def test_rates_in_bits_and_bytes(tmp_path):
 
 
 def test_max_regression_grammar():
-    from devctl.cli.baseline import parse_percent
+    from devctl.cli.gate import parse_percent
     from devctl.errors import UsageError
 
     assert [parse_percent(t) for t in ("10%", "2.5%", "10", "0", "0%", "0.1%", " 5 % ")] == [10, 2.5, 10, 0, 0, 0.1, 5]

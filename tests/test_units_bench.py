@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from devctl.model import bench as m
-from devctl.model.bench import Baseline, Cell, TransferOptions, compare_with_baseline, fastest_paths, host_bytes_needed
+from devctl.model import gate
+from devctl.model.bench import Cell, TransferOptions, fastest_paths, host_bytes_needed
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
@@ -44,8 +45,20 @@ def slower(c: Cell, factor: float, noise: float = 0.05) -> Cell:
     return timed(c.size_bytes, c.median_s * factor, noise, direction=c.direction, variant=c.variant, src=c.src, dst=c.dst, layout=c.layout)
 
 
-def baseline(*cells: Cell, name: str = "b") -> Baseline:
-    return Baseline(name, {c.key: c for c in cells})
+def baseline(*cells: Cell, name: str = "b") -> gate.Baseline:
+    return gate.Baseline(name, {c.key: m.gate_figure(c) for c in cells})
+
+
+def compare_with_baseline(cells, base: gate.Baseline, pct: float, all_sizes: bool = False) -> gate.Gate:
+    return gate.judge([m.gate_figure(c) for c in cells], base, pct, "GB/s", m.gate_rule, all_sizes=all_sizes)
+
+
+def left_out(g: gate.Gate, why: str) -> int:
+    return g.left_out.get(why, 0)
+
+
+def fig(*cells: Cell) -> list[gate.Figure]:
+    return [m.gate_figure(c) for c in cells]
 
 
 # A path as CPU JAX measures it with --quick: 30 us of fixed cost, then 12.5 GB/s.
@@ -55,50 +68,50 @@ LARGE = timed(16 * MIB, 30e-6 + 16 * MIB / 12.5e9)
 
 def test_fixed_cost_is_where_the_line_through_the_smallest_and_largest_sizes_meets_zero_bytes():
     mid = timed(MIB, 5e-3)  # a middle size does not move the estimate
-    (cost,) = m.fixed_costs_s([SMALL, mid, LARGE]).values()
+    (cost,) = m.fixed_costs_s(fig(SMALL, mid, LARGE)).values()
     assert cost == pytest.approx(30e-6)
     # Small sizes faster per byte than the large one (a cache) would put the line below zero: no fixed cost.
-    assert list(m.fixed_costs_s([timed(4 * KIB, 1e-7), timed(16 * MIB, 1e-2)]).values()) == [0.0]
+    assert list(m.fixed_costs_s(fig(timed(4 * KIB, 1e-7), timed(16 * MIB, 1e-2))).values()) == [0.0]
     # One size cannot tell fixed cost from bytes.
-    assert list(m.fixed_costs_s([LARGE]).values()) == [None]
+    assert list(m.fixed_costs_s(fig(LARGE)).values()) == [None]
     # Each path has its own: another direction is another line.
     d2h = [timed(s, t, direction="d2h", variant="copy", src="cpu:0", dst="host") for s, t in ((4 * KIB, 5e-6), (16 * MIB, 1e-3))]
-    assert len(m.fixed_costs_s([SMALL, LARGE, *d2h])) == 2
+    assert len(m.fixed_costs_s(fig(SMALL, LARGE, *d2h))) == 2
 
 
 def test_noise_is_the_confidence_interval_of_the_median_from_its_samples_spread_and_count():
     # p10-p90 of 1.8-2.2 ms around 2 ms: sigma = 0.4 ms / 2.563; the median of 10 samples is within
     # 1.96 x 1.2533 x sigma / sqrt(10) of the truth 95% of the time: +/- 6.06%.
     c = cell(size=16 * MIB, samples=10, p10_s=1.8e-3, median_s=2e-3, p90_s=2.2e-3)
-    assert m.noise_pct(c) == pytest.approx(1.96 * 1.2533 * (0.4 / 2.563) / 10**0.5 / 2 * 100)
+    assert m.gate_figure(c).noise_pct == pytest.approx(1.96 * 1.2533 * (0.4 / 2.563) / 10**0.5 / 2 * 100)
     # Four times the samples halve it; the same spread is the same noise at any median.
     four = cell(size=16 * MIB, samples=40, p10_s=1.8e-3, median_s=2e-3, p90_s=2.2e-3)
-    assert m.noise_pct(four) == pytest.approx(m.noise_pct(c) / 2)
-    assert m.noise_pct(timed(median_s=3e-3, noise=0.1)) == pytest.approx(10.0)
-    assert m.noise_pct(cell()) is None  # no samples' figures
+    assert m.gate_figure(four).noise_pct == pytest.approx(m.gate_figure(c).noise_pct / 2)
+    assert m.gate_figure(timed(median_s=3e-3, noise=0.1)).noise_pct == pytest.approx(10.0)
+    assert m.gate_figure(cell()).noise_pct is None  # no samples' figures
 
 
 def test_only_bandwidth_bound_cells_are_gated_and_the_rest_are_counted():
     gate = compare_with_baseline([SMALL, LARGE], baseline(SMALL, LARGE), 10)
-    assert gate.passed and (gate.compared, gate.gated, gate.latency_bound, gate.one_size) == (2, 1, 1, 0)
+    assert gate.passed and (gate.compared, gate.gated, left_out(gate, "latency-bound"), left_out(gate, "one-size")) == (2, 1, 1, 0)
     # The 4K cell at ten times its time would fail if it were judged; it is not, unless asked.
     now = [slower(SMALL, 10), LARGE]
     assert compare_with_baseline(now, baseline(SMALL, LARGE), 10).passed
     every = compare_with_baseline(now, baseline(SMALL, LARGE), 10, all_sizes=True)
-    assert not every.passed and (every.gated, every.latency_bound, every.all_sizes) == (2, 0, True)
-    assert [r.size_bytes for r in every.regressions] == [4 * KIB]
+    assert not every.passed and (every.gated, left_out(every, "latency-bound"), every.all_sizes) == (2, 0, True)
+    assert [r.cell for r in every.regressions] == ["h2d pageable single 4K host->cpu:0"]
 
 
 def test_boundness_is_decided_by_the_baseline_not_by_this_run():
     """Every rerun judges the same cells, however its own small sizes came out."""
     now = [slower(SMALL, 100), slower(LARGE, 2)]
     gate = compare_with_baseline(now, baseline(SMALL, LARGE), 10)
-    assert (gate.gated, gate.latency_bound) == (1, 1) and [r.size_bytes for r in gate.regressions] == [16 * MIB]
+    assert (gate.gated, left_out(gate, "latency-bound")) == (1, 1) and [r.cell for r in gate.regressions] == ["h2d pageable single 16M host->cpu:0"]
 
 
 def test_a_path_measured_at_one_size_is_not_gated_unless_asked():
     gate = compare_with_baseline([LARGE], baseline(LARGE), 10)
-    assert (gate.compared, gate.gated, gate.one_size) == (1, 0, 1)
+    assert (gate.compared, gate.gated, left_out(gate, "one-size")) == (1, 0, 1)
     assert compare_with_baseline([LARGE], baseline(LARGE), 10, all_sizes=True).gated == 1
 
 
@@ -109,7 +122,7 @@ def test_a_drop_inside_the_noise_band_plus_the_allowance_passes():
     (r,) = gate.regressions
     assert r.change_pct == pytest.approx(-100 * 0.3 / 1.3)  # -23.1%
     assert r.noise_pct == pytest.approx(10.0) and r.beyond_noise_pct == pytest.approx(100 * 0.3 / 1.3 - 10)
-    assert r.baseline_gbps == LARGE.gbps and r.gbps == pytest.approx(LARGE.gbps / 1.3)
+    assert r.baseline == LARGE.gbps and r.value == pytest.approx(LARGE.gbps / 1.3)
 
 
 def test_a_noisy_baseline_widens_the_band_and_a_noisy_rerun_too():
@@ -121,22 +134,22 @@ def test_a_noisy_baseline_widens_the_band_and_a_noisy_rerun_too():
 
 def test_pooled_runs_take_the_median_of_their_figures_and_how_far_their_medians_lay_apart():
     fast, mid, slow = (baseline(SMALL, slower(LARGE, f), name=n) for f, n in ((1.0, "a"), (1.1, "b"), (1.3, "c")))
-    pool = m.pooled([fast, mid, slow])
+    pool = gate.pool([fast, mid, slow])
     assert (pool.name, pool.runs) == ("a, b, c", 3)
-    big = pool.cells[LARGE.key]
-    assert big.median_s == pytest.approx(LARGE.median_s * 1.1) and big.gbps == pytest.approx(LARGE.gbps / 1.1)
-    assert m.noise_pct(big) == pytest.approx(5.0) and big.samples == 10
+    big = pool.figures[LARGE.key]
+    assert big.median_s == pytest.approx(LARGE.median_s * 1.1) and big.value == pytest.approx(LARGE.gbps / 1.1)
+    assert big.noise_pct == pytest.approx(5.0) and big.samples == 10
     # Half the range of the runs' GB/s (1/1 to 1/1.3 of the fastest's), in percent of their median (1/1.1).
     assert pool.run_spread_pct[LARGE.key] == pytest.approx((1 - 1 / 1.3) / 2 * 1.1 * 100)  # 12.7%
     # A rerun where the slowest earlier run landed (-23% against the fastest) is no regression against the pool,
     # whose band holds how far its runs lay apart; against the fastest run alone it is one.
     rerun = [SMALL, slower(LARGE, 1.3)]
     assert not compare_with_baseline(rerun, fast, 10).passed
-    gate = compare_with_baseline(rerun, pool, 10)
-    assert gate.passed and gate.baseline_runs == 3
+    judged = compare_with_baseline(rerun, pool, 10)
+    assert judged.passed and judged.baseline_runs == 3
     # Pooling hides no real slowdown: 1.4x slower than the pool's median (-29%) is beyond 12.7% + 5% + 10%.
     assert not compare_with_baseline([SMALL, slower(LARGE, 1.1 * 1.4)], pool, 10).passed
-    assert m.pooled([fast]) is fast
+    assert gate.pool([fast]) is fast
 
 
 def test_the_allowance_is_inclusive_and_zero_fails_any_drop_past_the_band():
@@ -168,8 +181,8 @@ def test_a_gated_cell_that_measured_nothing_now_has_regressed_whatever_the_noise
     now = [cell(size=16 * MIB, gbps=None, zero_copy=True), cell(size=64 * MIB, gbps=None, skipped=True, note="out of memory")]
     gate = compare_with_baseline(now, baseline(SMALL, LARGE, large2), 50)
     assert not gate.passed and gate.gated == 2
-    assert [(r.size_bytes, r.gbps, r.change_pct, r.noise_pct) for r in gate.regressions] == [
-        (16 * MIB, None, None, None), (64 * MIB, None, None, None)
+    assert [(r.cell, r.value, r.change_pct, r.noise_pct) for r in gate.regressions] == [
+        ("h2d pageable single 16M host->cpu:0", None, None, None), ("h2d pageable single 64M host->cpu:0", None, None, None)
     ]  # fmt: skip
 
 
@@ -177,12 +190,15 @@ def test_gate_lists_regressions_in_the_order_of_the_run_and_its_band_range():
     sizes = [64 * MIB, 16 * MIB, 256 * MIB]
     base = baseline(SMALL, *(timed(s, s / 12.5e9) for s in sizes))
     gate = compare_with_baseline([timed(s, 2 * s / 12.5e9, noise=0.01 * i) for i, s in enumerate(sizes, 1)], base, 10)
-    assert [r.size_bytes for r in gate.regressions] == sizes
+    assert [r.cell.split()[3] for r in gate.regressions] == ["64M", "16M", "256M"]
     assert (gate.min_noise_pct, gate.max_noise_pct) == (pytest.approx(6.0), pytest.approx(8.0))
 
 
 def test_gate_lines_say_what_fell_how_far_past_its_noise_and_what_was_not_gated():
-    from devctl.render.bench import gate_lines
+    from devctl.render.gate import gate_lines as lines_of
+
+    def gate_lines(g: gate.Gate) -> list[str]:
+        return lines_of(g, m.GATE)
 
     base = baseline(SMALL, LARGE, timed(64 * MIB, 4 * LARGE.median_s), name="runs/a100.json")
     now = [SMALL, slower(LARGE, 1.3), cell(size=64 * MIB, gbps=None, zero_copy=True)]

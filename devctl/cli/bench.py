@@ -1,20 +1,19 @@
 """`devctl bench`: benchmarks of the paths a JAX program uses.
 
 `devctl bench transfer` validates every flag here (its --baseline in
-devctl/cli/baseline.py), in the CLI process, before a probe child
+devctl/cli/gate.py), in the CLI process, before a probe child
 (devctl/probe/transfer.py) imports jax and measures. Only light modules are
 imported at the top: `devctl --help` must not pay for jax.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Optional
 
 import typer
 
 from devctl.cli import completion
-from devctl.cli.baseline import MaxRegressionOpt, check_gate
+from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish
 from devctl.cli.options import (
     CsvOpt,
     JsonOpt,
@@ -31,6 +30,7 @@ from devctl.cli.options import (
 from devctl.errors import UsageError
 from devctl.model import bench as m
 from devctl.model.devices import DeviceRef
+from devctl.model.gate import GateRequest
 
 bench_app = typer.Typer(help="Benchmarks of the paths a JAX program uses.", no_args_is_help=True)
 
@@ -94,16 +94,6 @@ DeviceOpt = Annotated[
 SrcOpt = Annotated[Optional[str], Option("--src", metavar="ID", autocompletion=completion.devices(many=False), help="d2d: the source device, as --device names one (not with --all-pairs).")]
 DstOpt = Annotated[Optional[str], Option("--dst", metavar="ID", autocompletion=completion.devices(many=False), help="d2d: the destination device, as --device names one (not with --all-pairs).")]
 AllPairsOpt = Annotated[bool, Option("--all-pairs", help="d2d: every ordered pair of devices at every size.")]
-BaselineOpt = Annotated[
-    Optional[list[str]],
-    Option(
-        "--baseline",
-        metavar="FILE",
-        autocompletion=completion.files,
-        help="An earlier --json result (a regular file): exit 1 if a bandwidth-bound cell fell below it by more than its noise and --max-regression. "
-        "Repeat it to pool several runs (3 or more recommended): how far they differ joins the noise band.",
-    ),
-]
 GateAllSizesOpt = Annotated[
     bool,
     Option(
@@ -148,38 +138,23 @@ def transfer(
         direction, variants, sizes, quick, repeats, min_time, warmups, verify,
         sharded, replicated, device, src, dst, all_pairs,
     )  # fmt: skip
-    gate = check_gate(baseline, max_regression, gate_all_sizes)
+    gate = check_gate(baseline, max_regression, m.GATE, gate_all_sizes)
     timeout_s = check_timeout(timeout)
     report = _run(opts, timeout_s, gate)
-    from devctl.render import bench as render
     from devctl.render import emit
 
     emit(report, json_out, csv_out=csv_out)
-    code = 0
-    if any(c.verified is False for c in report.results):
-        _stderr_line("transfer verification failed: the bytes of some cells did not arrive unchanged")
-        code = 1
-    if report.gate is not None:
-        for line in render.gate_lines(report.gate):
-            _stderr_line(line)
-        if not report.gate.passed:
-            code = 1
-    if code:
-        raise typer.Exit(code)
+    wrong = any(c.verified is False for c in report.results)
+    finish(report, m.GATE, failures=["transfer verification failed: the bytes of some cells did not arrive unchanged"] if wrong else [])
 
 
-def _run(opts: m.TransferOptions, timeout_s: float, gate: m.GateRequest | None) -> m.TransferReport:
+def _run(opts: m.TransferOptions, timeout_s: float, gate: GateRequest | None) -> m.TransferReport:
     """The benchmark, with a progress bar on a terminal."""
     from devctl.collect.bench import run_transfer
     from devctl.render.bench import Progress
 
     with Progress() as progress:
         return run_transfer(opts, timeout_s, gate=gate, on_event=progress.on_event)
-
-
-def _stderr_line(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
 
 
 # ---- validation (no jax here) ------------------------------------------------------------------

@@ -70,16 +70,10 @@ def straggler_lines(comparisons, what: str) -> list[str]:
     return lines
 
 
-def finish(report, comparisons, what: str, wrong: str) -> None:
+def finish(report, comparisons, spec, what: str, wrong: str) -> None:
     """After the report: its stragglers and the gate's verdict on stderr; exit 1 when a result was wrong (`wrong`
     says how) or the gate failed."""
-    from devctl.cli.baseline import say_gate
+    from devctl.cli import gate
 
-    for line in straggler_lines(comparisons, what):
-        stderr_line(line)
-    passed = say_gate(report)
-    if any(c.verified is False for c in report.results):
-        stderr_line(f"{what} verification failed: {wrong}")
-        passed = False
-    if not passed:
-        raise typer.Exit(1)
+    failed = any(c.verified is False for c in report.results)
+    gate.finish(report, spec, notes=straggler_lines(comparisons, what), failures=[f"{what} verification failed: {wrong}"] if failed else [])

@@ -11,13 +11,12 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged, say_gate
 from devctl.cli.cluster import cluster_options
+from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish
 from devctl.cli.options import CsvOpt, JsonOpt, check_count, check_output_format, check_seconds, check_timeout, choose, shown, split_list
 from devctl.errors import UsageError
 from devctl.model import bench_collective as m
 from devctl.model.distributed import ClusterParams
-from devctl.units import format_size_short
 
 Option = typer.Option
 CollectiveOpt = Annotated[
@@ -77,7 +76,7 @@ def collective(
     repeats: RepeatsOpt = None,
     warmups: WarmupsOpt = None,
     budget: BudgetOpt = None,
-    baseline: BenchBaselineOpt = None,
+    baseline: BaselineOpt = None,
     max_regression: MaxRegressionOpt = None,
     timeout: WatchdogOpt = None,
     json_out: JsonOpt = False,
@@ -90,8 +89,7 @@ def collective(
     check_output_format(json_out, csv_out)
     timeout_s = check_timeout(timeout)
     opts = build_options(collective_names, sizes, quick, dtype, mesh, all_pairs, repeats, warmups, budget)
-    spec = bench_spec("bench collective")
-    request = check_bench_gate(baseline, max_regression, spec)
+    request = check_gate(baseline, max_regression, m.GATE)
     if cluster is not None:
         from dataclasses import replace
 
@@ -107,12 +105,12 @@ def collective(
         report = run_collective(opts, timeout_s, on_event=progress.on_event)
     if cluster is not None and not all_print and report.environment.get("process_index", 0) != 0:
         return  # process 0 prints the cluster's figures
+    from devctl.collect.gate import judged
     from devctl.render import emit
 
-    report = judged(report, request, spec, m.gated)
+    report = judged(report, request, m.GATE)
     emit(report, json_out, csv_out=csv_out)
-    if not say_gate(report, f"latency cells ({format_size_short(m.LATENCY_MAX_BYTES)} and below)"):
-        raise typer.Exit(1)
+    finish(report, m.GATE)
 
 
 # ---- validation (no jax here) ------------------------------------------------------------------

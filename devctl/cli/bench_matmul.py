@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged
 from devctl.cli.bench_chip import (
     DeviceOpt,
     MinTimeOpt,
@@ -19,6 +18,7 @@ from devctl.cli.bench_chip import (
     chip_settings,
     finish,
 )
+from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate
 from devctl.cli.options import CsvOpt, JsonOpt, check_output_format, check_timeout, parse_devices, shown, split_list
 from devctl.errors import UsageError
 from devctl.model import bench_matmul as m
@@ -53,7 +53,7 @@ def matmul(
     min_time: MinTimeOpt = None,
     warmups: WarmupsOpt = None,
     device: DeviceOpt = None,
-    baseline: BenchBaselineOpt = None,
+    baseline: BaselineOpt = None,
     max_regression: MaxRegressionOpt = None,
     timeout: WatchdogOpt = None,
     json_out: JsonOpt = False,
@@ -67,18 +67,18 @@ def matmul(
         sizes=parse_sides(sizes) if sizes is not None else None,
         **chip_settings(quick, repeats, min_time, warmups),
     )
-    spec = bench_spec("bench matmul")
-    request = check_bench_gate(baseline, max_regression, spec)
+    request = check_gate(baseline, max_regression, m.GATE)
     timeout_s = check_timeout(timeout)
     from devctl.collect.bench_matmul import run_matmul
+    from devctl.collect.gate import judged
     from devctl.render import emit
     from devctl.render.bench import Progress
     from devctl.render.bench_matmul import progress_label
 
     with Progress(progress_label) as progress:
-        report = judged(run_matmul(opts, timeout_s, on_event=progress.on_event), request, spec)
+        report = judged(run_matmul(opts, timeout_s, on_event=progress.on_event), request, m.GATE)
     emit(report, json_out, csv_out=csv_out)
-    finish(report, report.comparisons, "matmul", "some products were wrong (see the notes)")
+    finish(report, report.comparisons, m.GATE, "matmul", "some products were wrong (see the notes)")
 
 
 def parse_dtypes(items: list[str] | None) -> tuple[str, ...]:

@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged
 from devctl.cli.bench_chip import (
     DeviceOpt,
     MinTimeOpt,
@@ -19,6 +18,7 @@ from devctl.cli.bench_chip import (
     chip_settings,
     finish,
 )
+from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate
 from devctl.cli.options import CsvOpt, JsonOpt, check_output_format, check_timeout, parse_devices, split_list
 from devctl.errors import UsageError
 from devctl.model import bench_memory as m
@@ -43,7 +43,7 @@ def memory(
     min_time: MinTimeOpt = None,
     warmups: WarmupsOpt = None,
     device: DeviceOpt = None,
-    baseline: BenchBaselineOpt = None,
+    baseline: BaselineOpt = None,
     max_regression: MaxRegressionOpt = None,
     timeout: WatchdogOpt = None,
     json_out: JsonOpt = False,
@@ -56,18 +56,18 @@ def memory(
         sizes_bytes=parse_byte_sizes(sizes) if sizes is not None else None,
         **chip_settings(quick, repeats, min_time, warmups),
     )
-    spec = bench_spec("bench memory")
-    request = check_bench_gate(baseline, max_regression, spec)
+    request = check_gate(baseline, max_regression, m.GATE)
     timeout_s = check_timeout(timeout)
     from devctl.collect.bench_memory import run_memory
+    from devctl.collect.gate import judged
     from devctl.render import emit
     from devctl.render.bench import Progress
     from devctl.render.bench_memory import progress_label
 
     with Progress(progress_label) as progress:
-        report = judged(run_memory(opts, timeout_s, on_event=progress.on_event), request, spec)
+        report = judged(run_memory(opts, timeout_s, on_event=progress.on_event), request, m.GATE)
     emit(report, json_out, csv_out=csv_out)
-    finish(report, [report.comparison], "memory", "some copies did not produce x + 1 (see the notes)")
+    finish(report, [report.comparison], m.GATE, "memory", "some copies did not produce x + 1 (see the notes)")
 
 
 # A size no device of today holds: refused as a typo (16T) rather than planned and skipped.

@@ -12,6 +12,7 @@ import typer
 from devctl.cli import completion
 from devctl.errors import UsageError
 from devctl.model.devices import PHYSICAL_VIEWS, DeviceRef
+from devctl.text import quoted, shown  # noqa: F401  (flags and files are quoted as every error line quotes them)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 CsvOpt = Annotated[bool, typer.Option("--csv", help="Print the table as CSV on stdout (raw numbers, a header line).")]
@@ -156,21 +157,6 @@ def _device_example(physical_views: bool) -> str:
 
 
 # ---- values and files given on the command line ------------------------------------------------------------
-
-
-def shown(value: str, limit: int = 120) -> str:
-    """A value as an error line quotes it: repr, and cut short, so a 100,000-character argument stays one readable line."""
-    if len(value) <= limit:
-        return repr(value)
-    return f"{value[:limit]!r}... ({len(value)} characters)"
-
-
-def quoted(value: object) -> str:
-    """Any value from a file or flag as an error line quotes it: strings as shown() does, others as Python writes them."""
-    if isinstance(value, str):
-        return shown(value)
-    text = repr(value)
-    return text if len(text) <= 120 else f"{text[:120]}... ({len(text)} characters)"
 
 
 @overload

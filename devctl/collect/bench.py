@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Callable, cast
 
+from devctl.collect.gate import judged
 from devctl.errors import DevctlError, InputRejected
 from devctl.model import bench as m
+from devctl.model.gate import GateRequest
 
 PROBE_MODULE = "devctl.probe.transfer"
 
@@ -14,7 +16,7 @@ def run_transfer(
     opts: m.TransferOptions,
     timeout_s: float,
     *,
-    gate: m.GateRequest | None = None,
+    gate: GateRequest | None = None,
     on_event: Callable[[dict], None] | None = None,
 ) -> m.TransferReport:
     """Run the probe child and assemble its events into a report, judged against `gate` (a baseline, the
@@ -40,7 +42,7 @@ def run_transfer(
     if done is None or plan is None:
         raise DevctlError(f"bench transfer: the benchmark process {result.failure_text()}")
     report = assemble(result.events, elapsed_s=result.elapsed_s)
-    return report if gate is None else with_gate(report, gate)
+    return judged(report, gate, m.GATE)
 
 
 def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.TransferReport:
@@ -110,26 +112,3 @@ def _largest_fitting(n: int) -> str:
 
     power = 1 << max(n.bit_length() - 1, 0)  # the largest power of two that fits: the sizes people pass
     return format_size_short(power)
-
-
-def with_gate(report: m.TransferReport, request: m.GateRequest) -> m.TransferReport:
-    """The report judged against the baseline; a baseline that shares no cell with this run, or none the gate
-    may judge, judges nothing: bad input, not a pass."""
-    from dataclasses import replace
-
-    from devctl.text import printable
-
-    name = printable(repr(request.baseline.name), 120)
-    gate = m.compare_with_baseline(report.results, request.baseline, request.max_regression_pct, all_sizes=request.all_sizes)
-    if gate.compared == 0:
-        raise InputRejected(
-            f"--baseline {name} has no cell matching this run (direction, variant, layout, size, src, dst); "
-            "create it with the same options"
-        )
-    if gate.gated == 0:
-        raise InputRejected(
-            f"--baseline {name}: none of the {gate.compared} matching cells is bandwidth-bound (each path needs a size "
-            f"whose fixed per-transfer cost is at most {m.FIXED_COST_SHARE:.0%} of its time, and a smaller size to show that cost); "
-            "measure larger sizes, or give --gate-all-sizes"
-        )
-    return replace(report, gate=gate)

@@ -7,12 +7,13 @@ probe child both build and read these records.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Iterable, Literal, TypedDict, cast, get_args
+from typing import Annotated, Any, Callable, ClassVar, Hashable, Iterable, Literal, TypedDict, cast, get_args
 
 from devctl.model import from_dict, json_schema
 from devctl.model.devices import DeviceRef
+from devctl.model.gate import Baseline, Figure, Gate, GateSpec
 from devctl.model.timing import Timing
-from devctl.units import figure
+from devctl.units import figure, format_size_short
 
 SCHEMA = "devctl.bench.transfer/2"
 
@@ -315,41 +316,6 @@ class Fastest:
 
 
 @dataclass(frozen=True)
-class Regression:
-    """A gated cell whose bandwidth fell below the baseline's by more than the allowed drop plus the noise band."""
-
-    direction: str = field(metadata=json_schema(enum=DIRECTIONS))
-    variant: str = field(metadata=json_schema(enum=_VARIANT_NAMES))
-    layout: str = field(metadata=json_schema(enum=LAYOUTS))
-    size_bytes: int = field(metadata=json_schema(minimum=1))
-    src: str
-    dst: str
-    baseline_gbps: float
-    gbps: float | None  # None: nothing measured now
-    change_pct: float | None  # negative: slower than the baseline
-    noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the noise band, +/- this many percent: the ~95% confidence interval of this run's median plus the baseline's (a pooled baseline's: the wider of that and half the range of its runs' medians); None when nothing was measured now
-    beyond_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # points by which the drop went past the noise band (a regression: more than max_regression_pct)
-
-
-@dataclass(frozen=True)
-class Gate:
-    """This run judged against an earlier one (--baseline): the bandwidth-bound cells, each against its noise band."""
-
-    baseline: str  # the file, as the user named it (several, comma-separated, when runs were pooled)
-    max_regression_pct: float = field(metadata=json_schema(minimum=0, exclusiveMaximum=100))  # the drop allowed beyond the noise band
-    compared: int = field(metadata=json_schema(minimum=0))  # cells present in both runs with a bandwidth in the baseline
-    passed: bool
-    regressions: tuple[Regression, ...] = ()
-    all_sizes: bool = False  # --gate-all-sizes: every compared cell judged, latency-bound or not
-    gated: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells judged
-    latency_bound: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells not judged: their fixed per-transfer cost is over FIXED_COST_SHARE of their time
-    one_size: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells not judged: their path was measured at one size only, which cannot tell fixed cost from bytes
-    min_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the narrowest noise band among the gated cells measured now
-    max_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the widest: a drop smaller than it plus the allowance is not seen there
-    baseline_runs: int = field(default=1, metadata=json_schema(minimum=1))  # earlier runs pooled into the baseline (--baseline given this many times)
-
-
-@dataclass(frozen=True)
 class TransferReport:
     """`devctl bench transfer`: every cell measured, the roofs, the fastest path per direction."""
 
@@ -432,52 +398,6 @@ def _advice(direction: str, layout: str, best: Cell, by_variant: dict[str, Cell]
     return None
 
 
-@dataclass(frozen=True)
-class Baseline:
-    """An earlier run's measured cells, read and validated once by the CLI."""
-
-    name: str  # the file, as the user named it
-    cells: dict[CellKey, Cell]  # Cell.key -> the cell; only cells with a bandwidth, each with samples, p10_s, median_s, p90_s
-    runs: int = 1  # earlier runs pooled into it
-    run_spread_pct: dict[CellKey, float] = field(default_factory=dict)  # per cell, half the range of the runs' medians, in % (pooled only)
-
-
-def pooled(baselines: list[Baseline]) -> Baseline:
-    """Several earlier runs as one baseline, pooled as every bench's gate pools them (devctl.model.gate.pool): per
-    cell the median of the runs' figures, and how far the runs' medians lay apart, which joins the noise band."""
-    from dataclasses import replace
-
-    from devctl.model import gate
-
-    if len(baselines) == 1:
-        return baselines[0]
-    as_figures = [
-        gate.Baseline(b.name, {k: gate.Figure.of(k, "", c.gbps, c) for k, c in b.cells.items()}, b.runs)
-        for b in baselines
-    ]
-    pool = gate.pool(as_figures)
-    first: dict[CellKey, Cell] = {}
-    for b in baselines:
-        for key, c in b.cells.items():
-            first.setdefault(key, c)
-    # The pool's keys are the cells' own (CellKey), as the figures above were keyed.
-    cells = {
-        key: replace(c, samples=f.samples, p10_s=f.p10_s, median_s=f.median_s, p90_s=f.p90_s, gbps=f.value)
-        for key, c in first.items()
-        for f in (pool.figures[key],)
-    }
-    return Baseline(pool.name, cells, pool.runs, {key: pool.run_spread_pct[key] for key in cells})
-
-
-@dataclass(frozen=True)
-class GateRequest:
-    """--baseline, --max-regression and --gate-all-sizes, validated."""
-
-    baseline: Baseline
-    max_regression_pct: float
-    all_sizes: bool = False
-
-
 # A cell is bandwidth-bound when its path's fixed per-transfer cost is at most this share of its time: then at
 # least nine tenths of what it measures is bytes moving, and a slower path shows in it nearly undiluted. A
 # latency-bound cell (a 4K transfer is almost all fixed cost: a dispatch, a sync, an allocation) moves with
@@ -485,92 +405,78 @@ class GateRequest:
 FIXED_COST_SHARE = 0.10
 
 
-def fixed_costs_s(cells: Iterable[Cell]) -> dict[tuple[str, ...], float | None]:
+def fixed_costs_s(figures: Iterable[Figure]) -> dict[tuple[Hashable, ...], float | None]:
     """Per path (a cell's key without its size), the fixed per-transfer cost in seconds, from the path's own
     medians: where the straight line through its smallest and largest sizes meets zero bytes (time = fixed +
     bytes / bandwidth), kept between 0 and the smallest size's whole time. None for a path measured at one
     size, where latency cannot be told from bandwidth."""
-    paths: dict[tuple[str, ...], list[Cell]] = {}
-    for c in cells:
-        if c.median_s is not None:
-            paths.setdefault(_path(c), []).append(c)
-    out: dict[tuple[str, ...], float | None] = {}
+    paths: dict[tuple[Hashable, ...], list[Figure]] = {}
+    for f in figures:
+        if f.median_s is not None:
+            paths.setdefault(_path(f), []).append(f)
+    out: dict[tuple[Hashable, ...], float | None] = {}
     for path, group in paths.items():
-        small = min(group, key=lambda c: c.size_bytes)
-        large = max(group, key=lambda c: c.size_bytes)
-        if small.size_bytes == large.size_bytes:
+        small = min(group, key=_size)
+        large = max(group, key=_size)
+        if _size(small) == _size(large):
             out[path] = None
             continue
         t0, t1 = cast(float, small.median_s), cast(float, large.median_s)
-        slope = (t1 - t0) / (large.size_bytes - small.size_bytes)
-        out[path] = min(max(t0 - small.size_bytes * slope, 0.0), t0)
+        slope = (t1 - t0) / (_size(large) - _size(small))
+        out[path] = min(max(t0 - _size(small) * slope, 0.0), t0)
     return out
 
 
-def _path(c: Cell) -> tuple[str, ...]:
-    return (c.direction, c.variant, c.layout, c.src, c.dst)
+def _size(f: Figure) -> int:
+    return cast(CellKey, f.key)[3]
 
 
-def noise_pct(c: Cell) -> float | None:
-    """How far a cell's median could be from the path's true median by chance: the half-width of its ~95%
-    confidence interval (devctl.model.gate.noise_pct), in percent of the median. None without the figures."""
-    from devctl.model.gate import noise_pct as median_noise
-
-    return median_noise(c.samples, c.p10_s, c.median_s, c.p90_s)
+def _path(f: Figure) -> tuple[Hashable, ...]:
+    key = cast(CellKey, f.key)
+    return (*key[:3], *key[4:])
 
 
-def _run_noise_pct(c: Cell) -> float | None:
-    from devctl.model.gate import run_noise_pct
-
-    return run_noise_pct(c.samples, c.p10_s, c.median_s, c.p90_s)
-
-
-def compare_with_baseline(cells: Iterable[Cell], baseline: Baseline, max_regression_pct: float, *, all_sizes: bool = False) -> Gate:
-    """Cell by cell, the bandwidth-bound ones only (every cell with all_sizes): a cell regresses when its GB/s
-    falls below the baseline's by more than the allowed share plus the noise band of the two runs.
-
-    The noise band adds the baseline's to this run's. A run's is the confidence interval of its median
-    (noise_pct), for the run judged never more than its median's distance from its fast decile (contention only
-    slows calls down: devctl.model.gate.run_noise_pct); a pooled baseline's is the wider of that and how far its runs' medians lay apart, since runs
-    differ by more than their samples show (a VM's page-fault mode, a neighbour that came and went). A drop
-    inside the band is not evidence of a slower path. Whether a cell is bandwidth-bound is decided from the
-    baseline alone, so every rerun judges the same cells.
-    """
-    fixed = fixed_costs_s(baseline.cells.values())
-    compared = gated = latency_bound = one_size = 0
-    regressions = []
-    bands = []
-    for c in cells:
-        base = baseline.cells.get(c.key)
-        if base is None:
-            continue
-        compared += 1
-        cost = fixed.get(_path(base))
-        if not all_sizes and cost is None:
-            one_size += 1
-            continue
-        if not all_sizes and cost is not None and cost > FIXED_COST_SHARE * cast(float, base.median_s):
-            latency_bound += 1
-            continue
-        gated += 1
-        base_gbps = cast(float, base.gbps)
-        if c.gbps is None:  # measured before, nothing now (zero-copy or skipped): a regression, whatever the noise
-            regressions.append(_regression(c, base_gbps, None, None, None))
-            continue
-        band = max(noise_pct(base) or 0.0, baseline.run_spread_pct.get(c.key, 0.0)) + (_run_noise_pct(c) or 0.0)
-        bands.append(band)
-        change = (c.gbps / base_gbps - 1) * 100
-        beyond = -change - band
-        if beyond > max_regression_pct:
-            regressions.append(_regression(c, base_gbps, change, band, beyond))
-    return Gate(
-        baseline.name, max_regression_pct, compared, not regressions, tuple(regressions), all_sizes, gated,
-        latency_bound, one_size, min(bands, default=None), max(bands, default=None), baseline.runs,
-    )  # fmt: skip
+def gate_figure(c: Cell) -> Figure:
+    label = f"{c.direction} {c.variant} {c.layout} {format_size_short(c.size_bytes)} {c.src}->{c.dst}"
+    return Figure.of(c.key, label, c.gbps, c)
 
 
-def _regression(c: Cell, base_gbps: float, change: float | None, band: float | None, beyond: float | None) -> Regression:
-    return Regression(c.direction, c.variant, c.layout, c.size_bytes, c.src, c.dst, base_gbps, c.gbps, change, band, beyond)
+def gate_rule(baseline: Baseline) -> Callable[[Figure], str | None]:
+    """Only bandwidth-bound cells are judged: whether a cell is, is decided from the baseline alone, so every rerun
+    judges the same cells. A path measured at one size cannot tell its fixed cost from its bytes."""
+    fixed = fixed_costs_s(baseline.figures.values())
+
+    def why_not(f: Figure) -> str | None:
+        cost = fixed.get(_path(f))
+        if cost is None:
+            return "one-size"
+        return "latency-bound" if cost > FIXED_COST_SHARE * cast(float, f.median_s) else None
+
+    return why_not
+
+
+def _gate_cell_problem(cell: dict) -> str | None:
+    if cell["direction"] not in DIRECTIONS or cell["layout"] not in LAYOUTS:
+        return f"has direction {cell['direction']!r} and layout {cell['layout']!r}, not a devctl cell"
+    return None
+
+
+GATE = GateSpec(
+    "bench transfer", SCHEMA, Cell,
+    {"direction": str, "variant": str, "layout": str, "size_bytes": int, "src": str, "dst": str},
+    "gbps", "GB/s", gate_figure, gate_rule,
+    judged_words="bandwidth-bound cells",
+    missing_words="no bandwidth now (zero-copy or skipped)",
+    left_out_words={
+        "latency-bound": "{n} latency-bound cells not gated; --gate-all-sizes gates them",
+        "one-size": "{n} cells not gated: their path was measured at one size, which cannot tell latency from "
+        "bandwidth; --gate-all-sizes gates them",
+    },
+    check_cell=_gate_cell_problem,
+    nothing_judged=f"is bandwidth-bound (each path needs a size whose fixed per-transfer cost is at most "
+    f"{FIXED_COST_SHARE:.0%} of its time, and a smaller size to show that cost); measure larger sizes",
+    all_sizes_flag="--gate-all-sizes",
+)  # fmt: skip
 
 
 # ---- memory a size needs -------------------------------------------------------------------------------

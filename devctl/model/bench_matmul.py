@@ -11,7 +11,7 @@ from typing import Literal, get_args
 from devctl.model import json_schema
 from devctl.model.bench import BenchDevice
 from devctl.model.bench_chip import BURST_MIN_S, ChipEnvironment, ChipOptions, Comparison
-from devctl.model.gate import BenchGate, Figure
+from devctl.model.gate import Figure, Gate, GateSpec
 from devctl.model.timing import Timing
 
 SCHEMA = "devctl.bench.matmul/2"
@@ -81,17 +81,16 @@ class MatmulReport:
     devices: tuple[BenchDevice, ...]
     environment: ChipEnvironment
     method: str  # what was timed, in words
-    gate: BenchGate | None = None  # --baseline: this run judged against earlier ones
+    gate: Gate | None = None  # --baseline: this run judged against earlier ones
     schema: str = field(default=SCHEMA, metadata=json_schema(const=SCHEMA))
-
-
-# The regression gate (--baseline): a cell is one device, dtype and size, judged on its TFLOP/s.
-GATE_KEY_FIELDS: dict[str, type] = {"device": str, "dtype": str, "n": int}
-GATE_UNIT = "TFLOP/s"
 
 
 def gate_figure(c: MatmulCell) -> Figure:
     return Figure.of((c.device, c.dtype, c.n), f"{c.device} {c.dtype} {c.n}x{c.n}", c.tflops, c)
+
+
+# The regression gate (--baseline): a cell is one device, dtype and size, judged on its TFLOP/s.
+GATE = GateSpec("bench matmul", SCHEMA, MatmulCell, {"device": str, "dtype": str, "n": int}, "tflops", "TFLOP/s", gate_figure)
 
 
 METHOD = (

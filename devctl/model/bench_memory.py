@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from devctl.model import json_schema
 from devctl.model.bench import BenchDevice
 from devctl.model.bench_chip import BURST_MIN_S, GIB, MIB, ChipEnvironment, ChipOptions, Comparison
-from devctl.model.gate import BenchGate, Figure
+from devctl.model.gate import Figure, Gate, GateSpec
 from devctl.model.timing import Timing
 from devctl.units import format_size_short
 
@@ -64,17 +64,16 @@ class MemoryReport:
     devices: tuple[BenchDevice, ...]
     environment: ChipEnvironment
     method: str  # what was timed, in words
-    gate: BenchGate | None = None  # --baseline: this run judged against earlier ones
+    gate: Gate | None = None  # --baseline: this run judged against earlier ones
     schema: str = field(default=SCHEMA, metadata=json_schema(const=SCHEMA))
-
-
-# The regression gate (--baseline): a cell is one device at one size, judged on its GB/s.
-GATE_KEY_FIELDS: dict[str, type] = {"device": str, "size_bytes": int}
-GATE_UNIT = "GB/s"
 
 
 def gate_figure(c: MemoryCell) -> Figure:
     return Figure.of((c.device, c.size_bytes), f"{c.device} {format_size_short(c.size_bytes)}", c.gbps, c)
+
+
+# The regression gate (--baseline): a cell is one device at one size, judged on its GB/s.
+GATE = GateSpec("bench memory", SCHEMA, MemoryCell, {"device": str, "size_bytes": int}, "gbps", "GB/s", gate_figure)
 
 
 METHOD = (

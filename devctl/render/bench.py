@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from devctl.model.bench import Cell, Fastest, Gate, Roofs, TransferReport, above_roof
+from devctl.model.bench import Cell, Fastest, Roofs, TransferReport, above_roof
 from devctl.units import figure, format_seconds, format_size_short
 
 BAR_WIDTH = 32
@@ -37,30 +37,6 @@ def transfer_text(report: TransferReport) -> None:
     out().print()
     for line in summary_lines(report):
         say(line, hang="  ")
-
-
-def gate_lines(gate: Gate) -> list[str]:
-    """What the regression gate found, for stderr: the verdict, each regressed cell and how far past its noise
-    band it fell, and the cells left out and why."""
-    from devctl.render.gate import Fell, verdict_lines
-
-    fell = [
-        Fell(f"{r.direction} {r.variant} {r.layout} {format_size_short(r.size_bytes)} {r.src}->{r.dst}",
-             r.gbps, r.change_pct, r.baseline_gbps, r.noise_pct, r.beyond_noise_pct)
-        for r in gate.regressions
-    ]  # fmt: skip
-    lines = verdict_lines(
-        gate.baseline, gate.baseline_runs, gate.max_regression_pct, "cells" if gate.all_sizes else "bandwidth-bound cells",
-        gate.gated, fell, "GB/s", gate.min_noise_pct, gate.max_noise_pct, "no bandwidth now (zero-copy or skipped)",
-    )  # fmt: skip
-    if gate.latency_bound:
-        lines.append(f"{gate.latency_bound} latency-bound cells not gated; --gate-all-sizes gates them")
-    if gate.one_size:
-        lines.append(
-            f"{gate.one_size} cells not gated: their path was measured at one size, which cannot tell latency from "
-            "bandwidth; --gate-all-sizes gates them"
-        )
-    return lines
 
 
 def _alone(c: Cell, report: TransferReport) -> bool:
