@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from devctl.collect.gate import read_baseline  # noqa: E402
-from devctl.model.bench import GATE  # noqa: E402
+from devctl.model.bench_transfer import GATE  # noqa: E402
 from devctl.model.gate import judge  # noqa: E402
 from devctl.model.gate import pool as pooled  # noqa: E402
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
 
 from devctl.errors import UsageError
-from devctl.probe.chip import MAX_CALLS, MIN_CALLS
+from devctl.probe.bench import MAX_CALLS, MIN_CALLS
 
 SMALL = ("--sizes", "64,128", "--repeats", "3", "--min-time", "0.005", "--warmups", "1")
 
@@ -133,7 +133,7 @@ def test_verification_catches_a_lower_precision_than_asked():
 _BURSTS = r"""
 import json, jax, numpy as np
 from devctl.probe.bench_matmul import Product
-from devctl.probe.chip import burst
+from devctl.probe.bench import burst
 dev = jax.devices()[1]
 p = Product(jax, np, dev, "f32", 128)
 where = p.c.unsafe_buffer_pointer()

@@ -9,8 +9,8 @@ import json
 import pytest
 from conftest import assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
 
-from devctl.model.bench_chip import BURST_MIN_S
-from devctl.probe.chip import MAX_CALLS, MIN_CALLS
+from devctl.model.bench import BURST_MIN_S
+from devctl.probe.bench import MAX_CALLS, MIN_CALLS
 
 MIB = 1 << 20
 SMALL = ("--sizes", "1M,4M", "--repeats", "3", "--min-time", "0.005", "--warmups", "1")
@@ -179,7 +179,7 @@ def test_json_is_one_document():
 _BURSTS = r"""
 import json, jax
 from devctl.probe.bench_memory import Copy
-from devctl.probe.chip import burst
+from devctl.probe.bench import burst
 copy = Copy(jax, jax.devices()[1], 1 << 16)
 pointers = {b.unsafe_buffer_pointer() for b in copy.bufs}
 first = copy.every_call_ran()
@@ -213,7 +213,7 @@ def test_the_calls_of_a_burst_each_read_the_last_result_and_all_ran():
 def test_the_burst_length_is_calibrated_to_the_target():
     """K: the first length tried whose burst lasts the target, growing from MIN_CALLS by what the last burst took
     (at least 2x, at most 16x a try), never past the limit. Fake bursts: no wall time involved."""
-    from devctl.probe.chip import choose_calls
+    from devctl.probe.bench import choose_calls
 
     def calls_for(per_call_s: float, limit: int = MAX_CALLS) -> tuple[int, list[int]]:
         tried: list[int] = []
@@ -234,7 +234,7 @@ def test_the_burst_length_is_calibrated_to_the_target():
 
 
 def test_a_cell_s_figures_are_per_call_and_its_overhead_is_paired_and_never_negative():
-    from devctl.probe.chip import Timing, burst_limit
+    from devctl.probe.bench import Timing, burst_limit
 
     t = Timing(10, per_call=[1.0e-3, 1.1e-3, 0.9e-3], single=[1.3e-3, 1.3e-3, 1.2e-3], extra=[0.3e-3, 0.2e-3, 0.3e-3])
     st = t.stats()

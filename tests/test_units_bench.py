@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from devctl.model import bench as m
+from devctl.model import bench_transfer as m
 from devctl.model import gate
-from devctl.model.bench import Cell, TransferOptions, fastest_paths, host_bytes_needed
+from devctl.model.bench_transfer import Cell, TransferOptions, fastest_paths, host_bytes_needed
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
@@ -321,7 +321,7 @@ def test_the_verdict_compares_where_the_paths_were_all_measured():
 
 
 def test_one_variant_is_not_called_fastest_and_the_roof_is_named_as_its_link():
-    from devctl.render.bench import verdict_line
+    from devctl.render.bench_transfer import verdict_line
 
     link = m.PcieLink("cuda:0", "0000:18:00.0", 5, 16, 5, 63.0)
     roofs = m.Roofs(pcie=(link,))
@@ -350,7 +350,7 @@ def test_h200_transfer_verdict_names_pinned_fastest_with_how_far_each_path_is_fr
     from pathlib import Path
 
     from devctl.model import from_dict, to_jsonable
-    from devctl.render.bench import summary_lines
+    from devctl.render.bench_transfer import summary_lines
 
     doc = json.loads((Path(__file__).parent / "fixtures" / "h200" / "bench-transfer-variants-all-64m-1g.json").read_text())
     # Recorded as version 1: version 2 only added each cell's timing method and overhead (defaults here).
@@ -445,7 +445,7 @@ def test_pinned_is_a_path_of_its_own_on_accelerators_only(platform, kinds, expec
     ],
 )
 def test_the_cli_default_asks_for_the_pinned_path_and_main_does_not(flag, expected_variants, expected_pinned):
-    from devctl.cli.bench import build_options
+    from devctl.cli.bench_transfer import build_options
 
     opts = build_options(None, flag, None, False, None, None, None, True, False, False, None, None, None, False)
     assert (opts.variants, opts.pinned_on_accelerators) == (expected_variants, expected_pinned)
@@ -462,7 +462,7 @@ def test_options_survive_the_trip_to_the_probe_child():
     assert TransferOptions.from_request(json.loads(json.dumps(opts.to_request()))) == opts
 
 
-# ---- the host-memory estimate (measured multiples, model/bench.py's docstring) -------------------------
+# ---- the host-memory estimate (measured multiples, model/bench_transfer.py's docstring) -------------------------
 
 
 def _need(size=MIB, in_host=True, n=4, pinned_path=False, **opts):
@@ -865,7 +865,7 @@ def plain_stdout(capsys):
 def test_one_device_d2d_is_one_note_not_a_skipped_row_per_size(plain_stdout):
     from golden_reports import bench_cpu1_quick
 
-    from devctl.render.bench import transfer_text
+    from devctl.render.bench_transfer import transfer_text
 
     report = bench_cpu1_quick()
     assert [c.dst for c in report.results if c.skipped] == ["none", "none"]  # kept in --json
@@ -879,7 +879,7 @@ def test_one_device_d2d_is_one_note_not_a_skipped_row_per_size(plain_stdout):
 def test_a_suspect_cell_shows_suspect_not_its_percentage(plain_stdout):
     from golden_reports import bench_cpu1_quick
 
-    from devctl.render.bench import transfer_text
+    from devctl.render.bench_transfer import transfer_text
 
     report = bench_cpu1_quick()
     (cell,) = [c for c in report.results if c.suspect]
@@ -901,7 +901,7 @@ def test_a_pair_matrix_wider_than_the_terminal_comes_in_even_blocks(monkeypatch)
     from test_golden import _Terminal
 
     from devctl.render import console
-    from devctl.render.bench import transfer_text
+    from devctl.render.bench_transfer import transfer_text
 
     pairs = [(a, b) for a in range(16) for b in range(16) if a != b]
     cells = [cell("d2d", "put", GIB, f"cuda:{a}", f"cuda:{b}", gbps=380.0 + a - b) for a, b in pairs]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from devctl.checks.verdict import Verdict, failed, join, passed, skipped
 from devctl.model import bench_collective as coll
-from devctl.model.bench_chip import Comparison
+from devctl.model.bench import Comparison
 from devctl.model.bench_matmul import MatmulOptions
 from devctl.model.bench_memory import GIB, MIB, MemoryOptions
 from devctl.units import digits, figure, format_size_short

@@ -1,105 +1,41 @@
-"""`devctl bench`: benchmarks of the paths a JAX program uses.
-
-`devctl bench transfer` validates every flag here (its --baseline in
-devctl/cli/gate.py), in the CLI process, before a probe child
-(devctl/probe/transfer.py) imports jax and measures. Only light modules are
-imported at the top: `devctl --help` must not pay for jax.
-"""
+"""The `devctl bench` group, and the options and checks its commands share (each command has its own module:
+devctl/cli/bench_transfer.py, bench_collective.py, bench_memory.py, bench_matmul.py). No jax here."""
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Optional
 
 import typer
 
 from devctl.cli import completion
-from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish
-from devctl.cli.options import (
-    CsvOpt,
-    JsonOpt,
-    check_count,
-    check_output_format,
-    check_seconds,
-    check_timeout,
-    choose,
-    parse_device,
-    parse_devices,
-    shown,
-    split_list,
-)
-from devctl.errors import UsageError
-from devctl.model import bench as m
-from devctl.model.devices import DeviceRef
-from devctl.model.gate import GateRequest
+from devctl.cli.options import check_count, check_seconds
+from devctl.model import bench as c
 
 bench_app = typer.Typer(help="Benchmarks of the paths a JAX program uses.", no_args_is_help=True)
-
 Option = typer.Option
-DirectionOpt = Annotated[
-    Optional[list[str]],
-    Option(
-        "--direction", "-d", metavar="DIR", autocompletion=completion.directions, help="h2d, d2h, d2d, d2d-self or all (the default); repeatable or comma-separated."
-    ),
-]
-VariantsOpt = Annotated[
-    Optional[str],
-    Option(
-        "--variants",
-        metavar="NAMES",
-        autocompletion=completion.variants,
-        help="main (each direction's plain call), all, or: " + ", ".join(m.ALL_VARIANTS) + ". Default: main, "
-        "plus pinned for h2d and d2h on accelerators (devices with pinned_host memory; not CPU devices).",
-    ),
-]
-SizesOpt = Annotated[
-    Optional[str],
-    Option(
-        "--sizes",
-        metavar="LIST",
-        autocompletion=completion.sizes,
-        help="e.g. 4K,1M,64M,1G (K, M, G, T and KiB... are binary; KB, MB, GB are decimal). Default: 4K to 256M "
-        "(1G where the device has room). A size this machine's memory cannot hold is an error.",
-    ),
-]
 QuickOpt = Annotated[
     bool,
-    Option("--quick", help="A few sizes and a short budget: a smoke test in seconds. --sizes, --repeats, --min-time and --warmups given too override it."),
+    Option("--quick", help="One size and a short budget: a smoke test in seconds. --sizes, --repeats, --min-time and --warmups given too override it."),
 ]
 RepeatsOpt = Annotated[
-    Optional[int],
-    Option("--repeats", metavar="N", help=f"Timed repetitions per cell, at least (default {m.DEFAULT_REPEATS})."),
+    Optional[int], Option("--repeats", metavar="N", help=f"Timed samples per device and size, at least, each a burst of calls (default {c.DEFAULT_REPEATS}).")
 ]
 MinTimeOpt = Annotated[
     Optional[float],
-    Option("--min-time", metavar="SECONDS", help=f"Timed seconds per cell, at least (default {m.DEFAULT_MIN_TIME_S:g})."),
+    Option("--min-time", metavar="SECONDS", help=f"Timed seconds per device and size, at least (default {c.DEFAULT_MIN_TIME_S:g}; --quick {c.QUICK_MIN_TIME_S:g})."),
 ]
 WarmupsOpt = Annotated[
-    Optional[int], Option("--warmups", metavar="N", help=f"Untimed transfers first (default {m.DEFAULT_WARMUPS}).")
+    Optional[int], Option("--warmups", metavar="N", help=f"Untimed calls first, after compiling (default {c.DEFAULT_WARMUPS}).")
 ]
-VerifyOpt = Annotated[bool, Option("--verify/--no-verify", help="Check, once per cell, that the bytes arrive unchanged.")]
-ShardedOpt = Annotated[
-    bool, Option("--sharded", help="One array sharded over all local devices (aggregate bandwidth); not with --device, --src, --dst, --all-pairs or --variants.")
-]
-ReplicatedOpt = Annotated[bool, Option("--replicated", help="One array replicated on every local device; not with --device, --src, --dst, --all-pairs or --variants.")]
 DeviceOpt = Annotated[
     Optional[list[str]],
     Option(
         "--device",
         metavar="ID",
         autocompletion=completion.devices(),
-        help="Device(s) for h2d, d2h and d2d-self: a JAX id or platform:id (0, cpu:1, cuda:0), repeatable or comma-separated, "
-        "or all. Default: the first. Not with --sharded or --replicated.",
-    ),
-]
-SrcOpt = Annotated[Optional[str], Option("--src", metavar="ID", autocompletion=completion.devices(many=False), help="d2d: the source device, as --device names one (not with --all-pairs).")]
-DstOpt = Annotated[Optional[str], Option("--dst", metavar="ID", autocompletion=completion.devices(many=False), help="d2d: the destination device, as --device names one (not with --all-pairs).")]
-AllPairsOpt = Annotated[bool, Option("--all-pairs", help="d2d: every ordered pair of devices at every size.")]
-GateAllSizesOpt = Annotated[
-    bool,
-    Option(
-        "--gate-all-sizes",
-        help="With --baseline: judge latency-bound cells too (by default only bandwidth-bound cells are, those whose "
-        "fixed per-transfer cost is at most a tenth of their time in the baseline).",
+        help="Device(s) to measure, taking turns call by call: a JAX id or platform:id (0, cpu:1, cuda:0), "
+        "repeatable or comma-separated, or all (the default: every local device, so they can be compared).",
     ),
 ]
 # A string, parsed by check_timeout as every command's --timeout is, so a bad value is named in the error.
@@ -109,158 +45,49 @@ WatchdogOpt = Annotated[
 ]
 
 
-@bench_app.command("transfer")
-def transfer(
-    direction: DirectionOpt = None,
-    variants: VariantsOpt = None,
-    sizes: SizesOpt = None,
-    quick: QuickOpt = False,
-    repeats: RepeatsOpt = None,
-    min_time: MinTimeOpt = None,
-    warmups: WarmupsOpt = None,
-    verify: VerifyOpt = True,
-    sharded: ShardedOpt = False,
-    replicated: ReplicatedOpt = False,
-    device: DeviceOpt = None,
-    src: SrcOpt = None,
-    dst: DstOpt = None,
-    all_pairs: AllPairsOpt = False,
-    baseline: BaselineOpt = None,
-    max_regression: MaxRegressionOpt = None,
-    gate_all_sizes: GateAllSizesOpt = False,
-    timeout: WatchdogOpt = None,
-    json_out: JsonOpt = False,
-    csv_out: CsvOpt = False,
-) -> None:
-    """Host<->device and device<->device transfer bandwidth, against the host memcpy and PCIe roofs."""
-    check_output_format(json_out, csv_out)
-    opts = build_options(
-        direction, variants, sizes, quick, repeats, min_time, warmups, verify,
-        sharded, replicated, device, src, dst, all_pairs,
-    )  # fmt: skip
-    gate = check_gate(baseline, max_regression, m.GATE, gate_all_sizes)
-    timeout_s = check_timeout(timeout)
-    report = _run(opts, timeout_s, gate)
-    from devctl.render import emit
-
-    emit(report, json_out, csv_out=csv_out)
-    wrong = any(c.verified is False for c in report.results)
-    finish(report, m.GATE, failures=["transfer verification failed: the bytes of some cells did not arrive unchanged"] if wrong else [])
-
-
-def _run(opts: m.TransferOptions, timeout_s: float, gate: GateRequest | None) -> m.TransferReport:
-    """The benchmark, with a progress bar on a terminal."""
-    from devctl.collect.bench import run_transfer
-    from devctl.render.bench import Progress
-
-    with Progress() as progress:
-        return run_transfer(opts, timeout_s, gate=gate, on_event=progress.on_event)
-
-
-# ---- validation (no jax here) ------------------------------------------------------------------
-
-
-def build_options(
-    direction, variants, sizes, quick, repeats, min_time, warmups, verify,
-    sharded, replicated, device, src, dst, all_pairs,
-) -> m.TransferOptions:  # fmt: skip
-    directions = parse_directions(direction)
-    layouts = tuple(name for name, on in (("sharded", sharded), ("replicated", replicated)) if on) or ("single",)
-    chosen_variants = parse_variants(variants, directions)
-    devices = parse_devices("--device", device)
-    src_ref, dst_ref = parse_device("--src", src), parse_device("--dst", dst)
-    check_conflicts(directions, layouts, chosen_variants, devices, src_ref, dst_ref, all_pairs)
-    return m.TransferOptions(
-        directions=directions,
-        variants=chosen_variants,
-        pinned_on_accelerators=variants is None,  # the default; --variants main is the plain calls alone
-        layouts=layouts,
-        sizes_bytes=parse_sizes(sizes) if sizes is not None else None,
-        devices=devices,
-        src=src_ref,
-        dst=dst_ref,
-        all_pairs=all_pairs,
-        repeats=check_count("--repeats", repeats, m.QUICK_REPEATS if quick else m.DEFAULT_REPEATS, low=1),
-        min_time_s=check_seconds("--min-time", min_time, m.QUICK_MIN_TIME_S if quick else m.DEFAULT_MIN_TIME_S),
-        warmups=check_count("--warmups", warmups, m.QUICK_WARMUPS if quick else m.DEFAULT_WARMUPS, low=0),
-        verify=verify,
+def chip_settings(quick: bool, repeats: int | None, min_time: float | None, warmups: int | None) -> dict:
+    """--repeats, --min-time and --warmups, checked, with --quick's defaults where not given."""
+    return dict(
+        repeats=check_count("--repeats", repeats, c.QUICK_REPEATS if quick else c.DEFAULT_REPEATS, low=1),
+        min_time_s=check_seconds("--min-time", min_time, c.QUICK_MIN_TIME_S if quick else c.DEFAULT_MIN_TIME_S),
+        warmups=check_count("--warmups", warmups, c.QUICK_WARMUPS if quick else c.DEFAULT_WARMUPS, low=0),
         quick=quick,
     )
 
 
-def parse_directions(items: list[str] | None) -> tuple[str, ...]:
-    return choose("--direction", items, m.DIRECTIONS, m.DIRECTIONS)
+def stderr_line(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
-def parse_variants(text: str | None, directions: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The variants named, in the table's order; None for each direction's main variant (and, without
-    --variants, the pinned path the default adds on accelerators)."""
-    if text is None:
-        return None
-    names = [n.lower() for n in split_list("--variants", [text], f"main, all, or some of {', '.join(m.ALL_VARIANTS)}")]
-    for n in names:
-        if n in ("main", "all"):
-            continue
-        if n not in m.ALL_VARIANTS:
-            raise UsageError(f"unknown --variants name {shown(n)}; accepted: main, all, {', '.join(m.ALL_VARIANTS)}")
-        if not any(n in m.VARIANTS[d] for d in directions):
-            offers = "; ".join(f"{d}: {', '.join(m.VARIANTS[d])}" for d in directions)
-            raise UsageError(f"--variants {n!r} applies to none of the directions measured ({offers})")
-    if "all" in names:
-        return m.ALL_VARIANTS
-    if set(names) == {"main"}:
-        return None
-    chosen = set(names)
-    if "main" in chosen:
-        chosen |= {m.main_variant(d) for d in directions}
-    return tuple(v for v in m.ALL_VARIANTS if v in chosen)
+def straggler_lines(comparisons, what: str) -> list[str]:
+    """One stderr line per straggler: the device, its figure and the median, so a log names the slow device."""
+    from devctl.units import digits
+
+    lines = []
+    for comp in comparisons:
+        for s in comp.stragglers:
+            lines.append(f"straggler: {what} {comp.metric}: {s.describe(comp.unit, digits=digits(comp.median))}")
+    return lines
 
 
-def parse_sizes(text: str) -> tuple[int, ...]:
-    from devctl.units import parse_size
+def finish(report, comparisons, spec, what: str, wrong: str) -> None:
+    """After the report: its stragglers and the gate's verdict on stderr; exit 1 when a result was wrong (`wrong`
+    says how) or the gate failed."""
+    from devctl.cli import gate
 
-    out = set()
-    for p in split_list("--sizes", [text], "sizes such as 4K,1M,64M,1G"):
-        try:
-            n = parse_size(p)
-        except ValueError as e:
-            raise UsageError(f"--sizes: {e}") from None
-        if n <= 0:
-            raise UsageError(f"--sizes: a size must be at least 1 byte, got {p!r}")
-        out.add(n)
-    return tuple(sorted(out))
+    failed = any(c.verified is False for c in report.results)
+    gate.finish(report, spec, notes=straggler_lines(comparisons, what), failures=[f"{what} verification failed: {wrong}"] if failed else [])
 
 
-def check_conflicts(
-    directions, layouts, variants, devices: tuple[DeviceRef, ...] | None, src: DeviceRef | None, dst: DeviceRef | None, all_pairs: bool
-) -> None:
-    """Flags that would be silently ignored together are an error: the user asked for something devctl would not do."""
-    pair_flags = [f for f, on in (("--src", src is not None), ("--dst", dst is not None), ("--all-pairs", all_pairs)) if on]
-    if all_pairs and (src is not None or dst is not None):
-        raise UsageError("--all-pairs measures every pair of devices; give it or --src/--dst, not both")
-    if src is not None and dst is not None and src.id == dst.id:  # ids are unique among a host's devices
-        raise UsageError(f"--src and --dst are both device {src.id}; a copy within one device is --direction d2d-self")
-    if pair_flags and "d2d" not in directions:
-        raise UsageError(f"{pair_flags[0]} chooses d2d pairs, but d2d is not among the directions measured ({', '.join(directions)})")
-    mesh = [f"--{name}" for name in layouts if name != "single"]
-    if mesh:
-        single_only = pair_flags + (["--device"] if devices is not None else []) + (["--variants"] if variants is not None else [])
-        if single_only:
-            raise UsageError(
-                f"{' and '.join(mesh)} {'use' if len(mesh) > 1 else 'uses'} every local device with each direction's plain call: "
-                f"{single_only[0]} does not apply (it is for the single-device layout)"
-            )
-    if devices is not None and pair_flags and not set(directions) & {"h2d", "d2h", "d2d-self"}:
-        raise UsageError(f"--device chooses devices for h2d, d2h and d2d-self; with only d2d and {pair_flags[0]} it has nothing to choose")
-
-
-# Other bench commands live in modules of their own; registered here, after bench_app exists.
-from devctl.cli.bench_collective import collective  # noqa: E402  (it imports parse_sizes from here lazily)
-
-bench_app.command("collective")(collective)
-
+# Each bench command lives in a module of its own, which takes the shared options above; registered here, after
+# they exist.
+from devctl.cli.bench_collective import collective  # noqa: E402
 from devctl.cli.bench_matmul import matmul  # noqa: E402
 from devctl.cli.bench_memory import memory  # noqa: E402
+from devctl.cli.bench_transfer import transfer  # noqa: E402
 
+bench_app.command("transfer")(transfer)
+bench_app.command("collective")(collective)
 bench_app.command("memory")(memory)
 bench_app.command("matmul")(matmul)

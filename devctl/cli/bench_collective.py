@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
+from devctl.cli.bench_transfer import parse_sizes
 from devctl.cli.cluster import cluster_options
 from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish
 from devctl.cli.options import CsvOpt, JsonOpt, check_count, check_output_format, check_seconds, check_timeout, choose, shown, split_list
@@ -117,8 +118,6 @@ def collective(
 
 
 def build_options(names, sizes, quick, dtype, mesh, all_pairs, repeats, warmups, budget) -> m.CollectiveOptions:  # fmt: skip
-    from devctl.cli.bench import parse_sizes  # here, not at the top: devctl.cli.bench imports this module
-
     return m.CollectiveOptions(
         collectives=parse_collectives(names),
         sizes_bytes=parse_sizes(sizes) if sizes is not None else None,

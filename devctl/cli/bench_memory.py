@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.bench_chip import (
+from devctl.cli.bench import (
     DeviceOpt,
     MinTimeOpt,
     QuickOpt,

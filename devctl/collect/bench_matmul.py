@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from devctl.model import bench_matmul as m
-from devctl.model.bench_chip import Comparison, best_by_device, compare, fastest_by_device
+from devctl.model.bench import Comparison, best_by_device, compare, fastest_by_device
 
 PROBE_MODULE = "devctl.probe.bench_matmul"
 # Which published figure each dtype is set against (devctl.model.peaks): f32 runs at Precision.HIGHEST, FP32 math.
@@ -15,14 +15,14 @@ ROOF_WORDS = {"bf16": "dense BF16", "f32": "FP32 (non-tensor)"}
 
 
 def run_matmul(opts: m.MatmulOptions, timeout_s: float, *, on_event: Callable[[dict], None] | None = None) -> m.MatmulReport:
-    from devctl.collect.bench_chip import run_probe
+    from devctl.collect.bench import run_probe
 
     result = run_probe(PROBE_MODULE, opts.to_request(), timeout_s, "bench matmul", on_event)
     return assemble(result.events, elapsed_s=result.elapsed_s)
 
 
 def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.MatmulReport:
-    from devctl.collect.bench_chip import devices_of, environment_of
+    from devctl.collect.bench import devices_of, environment_of
     from devctl.model import from_dict
 
     devices = devices_of(events)
@@ -36,7 +36,7 @@ def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.MatmulR
 
 
 def _compare(dtype: str, cells: list[m.MatmulCell], devices) -> Comparison:
-    from devctl.collect.bench_chip import roof_words
+    from devctl.collect.bench import roof_words
 
     roofs, name, source, reason = roof_words(devices, lambda p: getattr(p, ROOF_FIELD[dtype]))
     return compare(

@@ -6,20 +6,20 @@ from __future__ import annotations
 from typing import Callable
 
 from devctl.model import bench_memory as m
-from devctl.model.bench_chip import best_by_device, compare, fastest_by_device
+from devctl.model.bench import best_by_device, compare, fastest_by_device
 
 PROBE_MODULE = "devctl.probe.bench_memory"
 
 
 def run_memory(opts: m.MemoryOptions, timeout_s: float, *, on_event: Callable[[dict], None] | None = None) -> m.MemoryReport:
-    from devctl.collect.bench_chip import run_probe
+    from devctl.collect.bench import run_probe
 
     result = run_probe(PROBE_MODULE, opts.to_request(), timeout_s, "bench memory", on_event)
     return assemble(result.events, elapsed_s=result.elapsed_s)
 
 
 def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.MemoryReport:
-    from devctl.collect.bench_chip import devices_of, environment_of, roof_words
+    from devctl.collect.bench import devices_of, environment_of, roof_words
     from devctl.model import from_dict
 
     devices = devices_of(events)

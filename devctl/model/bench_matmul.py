@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from devctl.model import json_schema
-from devctl.model.bench import BenchDevice
-from devctl.model.bench_chip import BURST_MIN_S, ChipEnvironment, ChipOptions, Comparison
+from devctl.model.bench import BURST_MIN_S, BenchDevice, ChipEnvironment, ChipOptions, Comparison
 from devctl.model.gate import Figure, Gate, GateSpec
 from devctl.model.timing import Timing
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from devctl.model import json_schema
-from devctl.model.bench import BenchDevice
-from devctl.model.bench_chip import BURST_MIN_S, GIB, MIB, ChipEnvironment, ChipOptions, Comparison
+from devctl.model.bench import BURST_MIN_S, GIB, MIB, BenchDevice, ChipEnvironment, ChipOptions, Comparison
 from devctl.model.gate import Figure, Gate, GateSpec
 from devctl.model.timing import Timing
 from devctl.units import format_size_short

@@ -11,7 +11,7 @@ C = A @ B over square matrices made on the device (normal random values, committ
 flops per call. A few rows and columns of C are checked against float64 on the host, with a tolerance that a
 lower precision than asked (TF32 or one bf16 pass for f32) would exceed, after the first call and after the last.
 
-Timed in bursts (devctl.probe.chip): each call writes its C into the buffer the call before it wrote, donated to
+Timed in bursts (devctl.probe.bench): each call writes its C into the buffer the call before it wrote, donated to
 it and not read. So a call cannot start before the one before it has defined that buffer (the calls of a burst
 run one after another, also on a backend that would run independent executions side by side), no call allocates,
 and the device holds A, B and one C however long the burst. Every call is its own execution of the compiled
@@ -28,8 +28,7 @@ import time
 from devctl.model import bench_matmul as m
 from devctl.model import to_jsonable
 from devctl.model.peaks import peak_for
-from devctl.probe.channel import emit, read_request, release_runtime
-from devctl.probe.chip import (
+from devctl.probe.bench import (
     MIN_CALLS,
     Timing,
     environment,
@@ -37,6 +36,7 @@ from devctl.probe.chip import (
     prepare_and_time,
     start,
 )
+from devctl.probe.channel import emit, read_request, release_runtime
 from devctl.probe.transfer_devices import device_info, device_name
 
 # Rows and columns of C checked: enough to catch a wrong kernel, few enough to cost nothing next to the timing.

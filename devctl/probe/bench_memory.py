@@ -12,7 +12,7 @@ hand back its input), it reads every byte once and writes every byte once, into 
 buffers, ping-pong), and its result is checked (y - x == 1 everywhere, on the device) so an elided or aliased copy
 fails its cell instead of reporting a bandwidth.
 
-Timed in bursts (devctl.probe.chip): each call reads the array the call before it wrote, so the calls of a burst
+Timed in bursts (devctl.probe.bench): each call reads the array the call before it wrote, so the calls of a burst
 run one after another and none can be skipped: after N calls the array holds x + N, and the cell checks that it
 does after its last call (a burst that dropped or merged calls fails its cell).
 """
@@ -27,8 +27,7 @@ import time
 from devctl.model import bench_memory as m
 from devctl.model import to_jsonable
 from devctl.model.peaks import peak_for
-from devctl.probe.channel import emit, read_request, release_runtime
-from devctl.probe.chip import (
+from devctl.probe.bench import (
     MIN_CALLS,
     Timing,
     environment,
@@ -36,6 +35,7 @@ from devctl.probe.chip import (
     prepare_and_time,
     start,
 )
+from devctl.probe.channel import emit, read_request, release_runtime
 from devctl.probe.transfer_devices import device_info, device_name
 from devctl.units import format_size_short
 

@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import replace
 
-from devctl.model import bench as m
+from devctl.model import bench_transfer as m
 from devctl.model import to_jsonable
 from devctl.model.timing import sample_stats, single_timing
 from devctl.probe.channel import emit, read_request, release_runtime

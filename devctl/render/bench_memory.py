@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.bench_memory import MemoryReport
-from devctl.render.bench_chip import comparison_lines, comparison_table, overhead_line, pct, spread
+from devctl.render.bench import comparison_lines, comparison_table, overhead_line, pct, spread
 from devctl.units import figure, format_seconds, format_size_short
 
 

@@ -26,7 +26,7 @@ TABLES: dict[str, tuple[str, str]] = {
     "devctl.env/1": ("env", "render_environment"),
     "devctl.check/1": ("check", "render_check"),
     "devctl.doctor/1": ("doctor", "render_doctor"),
-    "devctl.bench.transfer/2": ("bench", "transfer_text"),
+    "devctl.bench.transfer/2": ("bench_transfer", "transfer_text"),
     "devctl.bench.memory/2": ("bench_memory", "memory_text"),
     "devctl.bench.matmul/2": ("bench_matmul", "matmul_text"),
     "devctl.bench.collective/2": ("bench_collective", "collective_text"),

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from devctl.model.bench_chip import BURST_MIN_S, ChipOptions
+from devctl.model.bench import BURST_MIN_S, ChipOptions
 from devctl.model.timing import sample_stats
 from devctl.probe.channel import emit
 from devctl.probe.transfer_devices import device_free_bytes, device_name, dist_version
