@@ -119,14 +119,20 @@ def test_device_subset_and_csv():
     assert all(int(r["calls_per_sample"]) >= MIN_CALLS and float(r["call_overhead_s"]) >= 0 for r in rows)
 
 
-def test_table_names_the_roof_and_the_rule():
-    proc = run_devctl("bench", "memory", "--sizes", "1M", "--repeats", "3", "--min-time", "0", "--device", "0,1", env=cpu_env())
+def test_table_names_the_roof_and_the_rule_and_the_method_with_verbose():
+    args = ("bench", "memory", "--sizes", "1M", "--repeats", "3", "--min-time", "0", "--device", "0,1")
+    proc = run_devctl(*args, "--verbose", env=cpu_env())
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "devctl bench memory" in out and "Per device: best median GB/s" in out
+    assert "devctl bench memory" in out and "Memory: best median GB/s per device, bars against the fastest device" in out
     assert "Roof, memory: none; no published peak for a CPU device" in out
-    assert "Rule: a device is a straggler" in out
+    assert "Rule: a device is a straggler" in out and "Method: y = x + 1" in out
     assert "Per call: launch + sync " in out and "not in the figures above" in out
+    # One device: its figures, the roof and the overhead; no peers to compare, no method unless asked.
+    one = run_devctl(*args[:-1], "0", env=cpu_env())
+    assert one.returncode == 0, one.stderr
+    assert "Memory: best median" not in one.stdout and "Stragglers" not in one.stdout and "peers" not in one.stdout
+    assert "Method:" not in one.stdout and "Rule:" not in one.stdout and "Roof, memory: none" in one.stdout
 
 
 def test_a_size_the_machine_cannot_hold_is_skipped_with_a_note():

@@ -1,92 +1,16 @@
-"""The `devctl bench` group, and the options and checks its commands share (each command has its own module:
-devctl/cli/bench_transfer.py, bench_collective.py, bench_memory.py, bench_matmul.py). No jax here."""
+"""The `devctl bench` group: each bench command lives in a module of its own (devctl/cli/bench_transfer.py,
+bench_collective.py, bench_memory.py, bench_matmul.py), the options they share in devctl/cli/bench_options.py."""
 
 from __future__ import annotations
 
-import sys
-from typing import Annotated, Optional
-
 import typer
 
-from devctl.cli import completion
-from devctl.cli.options import check_count, check_seconds
-from devctl.model import bench as c
+from devctl.cli.bench_collective import collective
+from devctl.cli.bench_matmul import matmul
+from devctl.cli.bench_memory import memory
+from devctl.cli.bench_transfer import transfer
 
 bench_app = typer.Typer(help="Benchmarks of the paths a JAX program uses.", no_args_is_help=True)
-Option = typer.Option
-QuickOpt = Annotated[
-    bool,
-    Option("--quick", help="One size and a short budget: a smoke test in seconds. --sizes, --repeats, --min-time and --warmups given too override it."),
-]
-RepeatsOpt = Annotated[
-    Optional[int], Option("--repeats", metavar="N", help=f"Timed samples per device and size, at least, each a burst of calls (default {c.DEFAULT_REPEATS}).")
-]
-MinTimeOpt = Annotated[
-    Optional[float],
-    Option("--min-time", metavar="SECONDS", help=f"Timed seconds per device and size, at least (default {c.DEFAULT_MIN_TIME_S:g}; --quick {c.QUICK_MIN_TIME_S:g})."),
-]
-WarmupsOpt = Annotated[
-    Optional[int], Option("--warmups", metavar="N", help=f"Untimed calls first, after compiling (default {c.DEFAULT_WARMUPS}).")
-]
-DeviceOpt = Annotated[
-    Optional[list[str]],
-    Option(
-        "--device",
-        metavar="ID",
-        autocompletion=completion.devices(),
-        help="Device(s) to measure, taking turns call by call: a JAX id or platform:id (0, cpu:1, cuda:0), "
-        "repeatable or comma-separated, or all (the default: every local device, so they can be compared).",
-    ),
-]
-# A string, parsed by check_timeout as every command's --timeout is, so a bad value is named in the error.
-WatchdogOpt = Annotated[
-    Optional[str],
-    Option("--timeout", metavar="SECONDS", help="Stop when no progress is seen for this long (default 30, at most 60)."),
-]
-
-
-def chip_settings(quick: bool, repeats: int | None, min_time: float | None, warmups: int | None) -> dict:
-    """--repeats, --min-time and --warmups, checked, with --quick's defaults where not given."""
-    return dict(
-        repeats=check_count("--repeats", repeats, c.QUICK_REPEATS if quick else c.DEFAULT_REPEATS, low=1),
-        min_time_s=check_seconds("--min-time", min_time, c.QUICK_MIN_TIME_S if quick else c.DEFAULT_MIN_TIME_S),
-        warmups=check_count("--warmups", warmups, c.QUICK_WARMUPS if quick else c.DEFAULT_WARMUPS, low=0),
-        quick=quick,
-    )
-
-
-def stderr_line(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-
-
-def straggler_lines(comparisons, what: str) -> list[str]:
-    """One stderr line per straggler: the device, its figure and the median, so a log names the slow device."""
-    from devctl.units import digits
-
-    lines = []
-    for comp in comparisons:
-        for s in comp.stragglers:
-            lines.append(f"straggler: {what} {comp.metric}: {s.describe(comp.unit, digits=digits(comp.median))}")
-    return lines
-
-
-def finish(report, comparisons, spec, what: str, wrong: str) -> None:
-    """After the report: its stragglers and the gate's verdict on stderr; exit 1 when a result was wrong (`wrong`
-    says how) or the gate failed."""
-    from devctl.cli import gate
-
-    failed = any(c.verified is False for c in report.results)
-    gate.finish(report, spec, notes=straggler_lines(comparisons, what), failures=[f"{what} verification failed: {wrong}"] if failed else [])
-
-
-# Each bench command lives in a module of its own, which takes the shared options above; registered here, after
-# they exist.
-from devctl.cli.bench_collective import collective  # noqa: E402
-from devctl.cli.bench_matmul import matmul  # noqa: E402
-from devctl.cli.bench_memory import memory  # noqa: E402
-from devctl.cli.bench_transfer import transfer  # noqa: E402
-
 bench_app.command("transfer")(transfer)
 bench_app.command("collective")(collective)
 bench_app.command("memory")(memory)

@@ -8,11 +8,12 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.bench import (
+from devctl.cli.bench_options import (
     DeviceOpt,
     MinTimeOpt,
     QuickOpt,
     RepeatsOpt,
+    VerboseOpt,
     WarmupsOpt,
     WatchdogOpt,
     chip_settings,
@@ -58,6 +59,7 @@ def matmul(
     timeout: WatchdogOpt = None,
     json_out: JsonOpt = False,
     csv_out: CsvOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Each device's matmul TFLOP/s (bf16, f32), against its published dense peak and its peers."""
     check_output_format(json_out, csv_out)
@@ -77,7 +79,7 @@ def matmul(
 
     with Progress(progress_label) as progress:
         report = judged(run_matmul(opts, timeout_s, on_event=progress.on_event), request, m.GATE)
-    emit(report, json_out, csv_out=csv_out)
+    emit(report, json_out, csv_out=csv_out, verbose=verbose)
     finish(report, report.comparisons, m.GATE, "matmul", "some products were wrong (see the notes)")
 
 

@@ -8,11 +8,12 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.bench import (
+from devctl.cli.bench_options import (
     DeviceOpt,
     MinTimeOpt,
     QuickOpt,
     RepeatsOpt,
+    VerboseOpt,
     WarmupsOpt,
     WatchdogOpt,
     chip_settings,
@@ -48,6 +49,7 @@ def memory(
     timeout: WatchdogOpt = None,
     json_out: JsonOpt = False,
     csv_out: CsvOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Each device's memory bandwidth (a jitted copy, read + write), against its published peak and its peers."""
     check_output_format(json_out, csv_out)
@@ -66,7 +68,7 @@ def memory(
 
     with Progress(progress_label) as progress:
         report = judged(run_memory(opts, timeout_s, on_event=progress.on_event), request, m.GATE)
-    emit(report, json_out, csv_out=csv_out)
+    emit(report, json_out, csv_out=csv_out, verbose=verbose)
     finish(report, [report.comparison], m.GATE, "memory", "some copies did not produce x + 1 (see the notes)")
 
 

@@ -29,42 +29,104 @@ def signed_pct(value: float | None) -> str:
     return "0%" if round(value) == 0 else f"{value:+.0f}%"
 
 
-def comparison_table(comp: Comparison, title: str, size_text: Callable[[int], str]) -> list:
-    """One row per device: its best median figure, the size it came at, its % of roof, its fastest call and how its
-    figure stands against the median of every device's."""
-    from devctl.render.console import Column, table_lines
+def per_device_text(
+    report: Any, title: str, key_columns: list[Any], key_of: Callable[[Any], list[str]], value_of: Callable[[Any], float | None],
+    comparisons: Iterable[Comparison], what: Callable[[Comparison], str], size_text: Callable[[int], str], verbose: bool = False,
+) -> None:  # fmt: skip
+    """bench memory and bench matmul: a row per cell (its figure and % of roof), then, where two or more devices
+    were measured, each device's best figure as a bar against the roof (against the fastest device where there is
+    no roof) with its stragglers; the roof, the per-call overhead and the notes; the rule and the method with
+    --verbose. At 80 columns the p10-p90 spread gives way first (it stays in --json), then a note goes on a line
+    under its row."""
+    from devctl.render.console import Column, out, print_lines, say, table_lines
 
+    comparisons = list(comparisons)
+    notes = any(c.note for c in report.results)
     columns = [
-        Column("device"),
-        Column("kind", priority=2),
-        Column(comp.unit, "right"),
-        Column("at", "right", priority=1),
+        *key_columns,
+        Column("median", "right", priority=2, detail=False),  # the figure and the size say it too
+        Column("p10 – p90", "right", priority=4, detail=False),  # the spread: in --json
+        Column(comparisons[0].unit, "right"),
         Column("% of roof", "right", short="% roof"),
-        Column("fastest", "right", priority=3, detail=False),  # the rule's second look; --json has it
-        Column("vs median", "right", short="vs med"),
-        Column("verdict"),
+        *([Column("note", priority=3)] if notes else []),
     ]
-    rows = []
+    rows = [
+        [*key_of(c), format_seconds(c.median_s), spread(c.p10_s, c.p90_s), "skipped" if c.skipped else figure(value_of(c)),
+         pct(c.pct_of_roof), *([c.note or ""] if notes else [])]
+        for c in report.results
+    ]  # fmt: skip
+    print_lines(table_lines(columns, rows, title=title))
+    lines: list[str] = []
+    rules = []
+    for comp in comparisons:
+        chart = chart_lines(comp, what(comp), size_text, out().width)
+        if chart:
+            out().print()
+            print_lines(chart)
+        lines += comparison_lines(comp, what(comp))
+        if peers(comp):
+            rules.append(f"Rule: {comp.rule}")
+    overhead = overhead_line(report.results)
+    lines += [overhead] if overhead else []
+    note = report.environment.get("sweep_note")
+    lines += [f"Note: {note}"] if note else []
+    if report.environment.get("quick") and any(comp.stragglers for comp in comparisons):
+        lines.append("Note: --quick takes few samples, and a busy machine can slow one device for a moment: rerun without --quick before acting on a straggler")
+    if verbose:
+        lines += rules[:1] + [f"Method: {report.method}"]
+    out().print()
+    for line in lines:
+        say(line, hang="  ")
+
+
+def peers(comp: Comparison) -> bool:
+    return sum(f.value is not None for f in comp.figures) >= 2
+
+
+def chart_lines(comp: Comparison, what: str, size_text: Callable[[int], str], width: int) -> list[str]:
+    """Each device's best figure as a bar against the roof (the fastest device's where there is none), with its
+    share of the roof, how far it stands from the median and whether it is a straggler; nothing without peers."""
+    if not peers(comp):
+        return []
+    measured = [f for f in comp.figures if f.value is not None]
+    sizes = {f.size for f in measured}
+    roofs = {f.roof for f in measured}
+    roof = roofs.pop() if len(roofs) == 1 else None
+    top = roof or max(f.value or 0.0 for f in measured)
+    against = "the roof" if roof else "the fastest device"
+    head = f"{what.capitalize()}: best median {comp.unit} per device, bars against {against}"
+    label_w = max(len(f.device) for f in comp.figures)
+    rows: list[tuple[str, float | None, list[str]]] = []
     for f in comp.figures:
-        verdict = "STRAGGLER" if f.straggler else ("not measured" if f.value is None else "ok")
-        if len(comp.figures) < 2 and f.value is not None:
-            verdict = "no peers"
-        rows.append([f.device, f.device_kind, figure(f.value), size_text(f.size) if f.size else "-", pct(f.pct_of_roof),
-                     figure(f.fastest), signed_pct(f.vs_median_pct), verdict])  # fmt: skip
-    return table_lines(columns, rows, title=title)
+        if f.value is None:
+            rows.append((f.device, None, ["not measured"]))
+            continue
+        parts = [figure(f.value)]
+        parts += [f"{f.pct_of_roof:.0f}% of roof"] if f.pct_of_roof is not None else []
+        parts += [f"at {size_text(f.size)}"] if f.size and len(sizes) > 1 else []
+        parts += [f"{signed_pct(f.vs_median_pct)} vs median"] + (["STRAGGLER"] if f.straggler else [])
+        rows.append((f.device, f.value, parts))
+    widths = [max(len(p[i]) for _, v, p in rows if v is not None and i < len(p)) for i in range(max(len(p) for _, _, p in rows))]
+    texts = ["  ".join(part.rjust(widths[i]) if i == 0 else part.ljust(widths[i]) for i, part in enumerate(parts)).rstrip() if value else parts[0]
+             for _, value, parts in rows]  # fmt: skip
+    bar_w = max(8, min(BAR_WIDTH, width - label_w - max(len(t) for t in texts) - 4))
+    lines = [head]
+    for (device, value, _), text in zip(rows, texts):
+        drawn = bar(value / top, bar_w) if value else " " * bar_w
+        lines.append(f"{device.ljust(label_w)} │{drawn} {text}".rstrip())
+    return lines
 
 
 def comparison_lines(comp: Comparison, what: str) -> list[str]:
-    """Prose: the roof (or why none), the median, the stragglers by name, the rule."""
+    """Prose: the roof (or why none) and, where there are peers, the median and the stragglers by name."""
     lines = []
     if comp.roof_name:
         lines.append(f"Roof, {what}: {comp.roof_name} ({comp.roof_source})")
     elif comp.roof_reason:
         lines.append(f"Roof, {what}: none; {comp.roof_reason}")
-    measured = [f for f in comp.figures if f.value is not None]
-    if len(measured) < 2:
-        lines.append(f"Stragglers, {what}: {len(measured)} device measured, no peers to compare with")
+    if not peers(comp):
         return lines
+    measured = [f for f in comp.figures if f.value is not None]
     if comp.stragglers:
         named = "; ".join(s.describe(comp.unit, digits=digits(comp.median)) for s in comp.stragglers)
         lines.append(f"STRAGGLER, {what}: {named}")
@@ -74,7 +136,6 @@ def comparison_lines(comp: Comparison, what: str) -> list[str]:
             f"Stragglers, {what}: none; {len(measured)} devices, median {figure(comp.median)} {comp.unit}, "
             f"the furthest {spread_pct:.0f}% from it"
         )
-    lines.append(f"Rule: {comp.rule}")
     return lines
 
 

@@ -33,8 +33,9 @@ TABLES: dict[str, tuple[str, str]] = {
 }
 
 
-def emit(report: Any, json_out: bool, *, csv_out: bool = False) -> None:
-    """Print one command's report on stdout: its JSON document, its CSV, or its table."""
+def emit(report: Any, json_out: bool, *, csv_out: bool = False, verbose: bool = False) -> None:
+    """Print one command's report on stdout: its JSON document, its CSV, or its table (with `verbose`, the table
+    view's longer form: a bench's method)."""
     if json_out:
         from devctl.render.console import print_json
 
@@ -46,7 +47,7 @@ def emit(report: Any, json_out: bool, *, csv_out: bool = False) -> None:
         header, rows = renderer.csv_rows(report)
         write_csv(header, rows)
         return
-    getattr(renderer, function)(report)
+    getattr(renderer, function)(report, **({"verbose": True} if verbose else {}))
 
 
 def has_csv(schema: str) -> bool:
