@@ -8,19 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.bench_options import (
-    DeviceOpt,
-    MinTimeOpt,
-    QuickOpt,
-    RepeatsOpt,
-    VerboseOpt,
-    WarmupsOpt,
-    WatchdogOpt,
-    chip_settings,
-    finish,
-)
-from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate
-from devctl.cli.options import CsvOpt, JsonOpt, check_output_format, check_timeout, parse_devices, shown, split_list
+from devctl.cli.bench_options import PerDeviceFlags, per_device_options, run_per_device
+from devctl.cli.options import shown, split_list
 from devctl.errors import UsageError
 from devctl.model import bench_matmul as m
 
@@ -46,41 +35,17 @@ SizesOpt = Annotated[
 ]
 
 
-def matmul(
-    dtype: DtypeOpt = None,
-    sizes: SizesOpt = None,
-    quick: QuickOpt = False,
-    repeats: RepeatsOpt = None,
-    min_time: MinTimeOpt = None,
-    warmups: WarmupsOpt = None,
-    device: DeviceOpt = None,
-    baseline: BaselineOpt = None,
-    max_regression: MaxRegressionOpt = None,
-    timeout: WatchdogOpt = None,
-    json_out: JsonOpt = False,
-    csv_out: CsvOpt = False,
-    verbose: VerboseOpt = False,
-) -> None:
+@per_device_options
+def matmul(dtype: DtypeOpt = None, sizes: SizesOpt = None, *, flags: PerDeviceFlags) -> None:
     """Each device's matmul TFLOP/s (bf16, f32), against its published dense peak and its peers."""
-    check_output_format(json_out, csv_out)
-    opts = m.MatmulOptions(
-        devices=parse_devices("--device", device),
-        dtypes=parse_dtypes(dtype),
-        sizes=parse_sides(sizes) if sizes is not None else None,
-        **chip_settings(quick, repeats, min_time, warmups),
-    )
-    request = check_gate(baseline, max_regression, m.GATE)
-    timeout_s = check_timeout(timeout)
     from devctl.collect.bench_matmul import run_matmul
-    from devctl.collect.gate import judged
-    from devctl.render import emit
-    from devctl.render.bench import Progress
     from devctl.render.bench_matmul import progress_label
 
-    with Progress(progress_label) as progress:
-        report = judged(run_matmul(opts, timeout_s, on_event=progress.on_event), request, m.GATE)
-    emit(report, json_out, csv_out=csv_out, verbose=verbose)
-    finish(report, report.comparisons, m.GATE, "matmul", "some products were wrong (see the notes)")
+    def build(**common):
+        return m.MatmulOptions(dtypes=parse_dtypes(dtype), sizes=parse_sides(sizes) if sizes is not None else None, **common)
+
+    wrong = "some products were wrong (see the notes)"
+    run_per_device(flags, build, m.GATE, run_matmul, progress_label, lambda r: r.comparisons, "matmul", wrong)
 
 
 def parse_dtypes(items: list[str] | None) -> tuple[str, ...]:

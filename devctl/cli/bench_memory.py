@@ -8,19 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.bench_options import (
-    DeviceOpt,
-    MinTimeOpt,
-    QuickOpt,
-    RepeatsOpt,
-    VerboseOpt,
-    WarmupsOpt,
-    WatchdogOpt,
-    chip_settings,
-    finish,
-)
-from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate
-from devctl.cli.options import CsvOpt, JsonOpt, check_output_format, check_timeout, parse_devices, split_list
+from devctl.cli.bench_options import PerDeviceFlags, per_device_options, run_per_device
+from devctl.cli.options import split_list
 from devctl.errors import UsageError
 from devctl.model import bench_memory as m
 
@@ -37,39 +26,17 @@ SizesOpt = Annotated[
 ]
 
 
-def memory(
-    sizes: SizesOpt = None,
-    quick: QuickOpt = False,
-    repeats: RepeatsOpt = None,
-    min_time: MinTimeOpt = None,
-    warmups: WarmupsOpt = None,
-    device: DeviceOpt = None,
-    baseline: BaselineOpt = None,
-    max_regression: MaxRegressionOpt = None,
-    timeout: WatchdogOpt = None,
-    json_out: JsonOpt = False,
-    csv_out: CsvOpt = False,
-    verbose: VerboseOpt = False,
-) -> None:
+@per_device_options
+def memory(sizes: SizesOpt = None, *, flags: PerDeviceFlags) -> None:
     """Each device's memory bandwidth (a jitted copy, read + write), against its published peak and its peers."""
-    check_output_format(json_out, csv_out)
-    opts = m.MemoryOptions(
-        devices=parse_devices("--device", device),
-        sizes_bytes=parse_byte_sizes(sizes) if sizes is not None else None,
-        **chip_settings(quick, repeats, min_time, warmups),
-    )
-    request = check_gate(baseline, max_regression, m.GATE)
-    timeout_s = check_timeout(timeout)
     from devctl.collect.bench_memory import run_memory
-    from devctl.collect.gate import judged
-    from devctl.render import emit
-    from devctl.render.bench import Progress
     from devctl.render.bench_memory import progress_label
 
-    with Progress(progress_label) as progress:
-        report = judged(run_memory(opts, timeout_s, on_event=progress.on_event), request, m.GATE)
-    emit(report, json_out, csv_out=csv_out, verbose=verbose)
-    finish(report, [report.comparison], m.GATE, "memory", "some copies did not produce x + 1 (see the notes)")
+    def build(**common):
+        return m.MemoryOptions(sizes_bytes=parse_byte_sizes(sizes) if sizes is not None else None, **common)
+
+    wrong = "some copies did not produce x + 1 (see the notes)"
+    run_per_device(flags, build, m.GATE, run_memory, progress_label, lambda r: [r.comparison], "memory", wrong)
 
 
 # A size no device of today holds: refused as a typo (16T) rather than planned and skipped.

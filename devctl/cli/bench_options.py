@@ -3,13 +3,23 @@ devctl/cli/bench_transfer.py, bench_collective.py, bench_memory.py, bench_matmul
 
 from __future__ import annotations
 
-import sys
-from typing import Annotated, Optional
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, Iterable, Optional
 
 import typer
 
 from devctl.cli import completion
-from devctl.cli.options import check_count, check_seconds
+from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish, measure
+from devctl.cli.options import (
+    CsvOpt,
+    JsonOpt,
+    check_count,
+    check_output_format,
+    check_seconds,
+    check_timeout,
+    option_group,
+    parse_devices,
+)
 from devctl.model import bench as c
 
 Option = typer.Option
@@ -45,22 +55,54 @@ WatchdogOpt = Annotated[
 ]
 
 
-def chip_settings(quick: bool, repeats: int | None, min_time: float | None, warmups: int | None) -> dict:
-    """--repeats, --min-time and --warmups, checked, with --quick's defaults where not given."""
-    return dict(
-        repeats=check_count("--repeats", repeats, c.QUICK_REPEATS if quick else c.DEFAULT_REPEATS, low=1),
-        min_time_s=check_seconds("--min-time", min_time, c.QUICK_MIN_TIME_S if quick else c.DEFAULT_MIN_TIME_S),
-        warmups=check_count("--warmups", warmups, c.QUICK_WARMUPS if quick else c.DEFAULT_WARMUPS, low=0),
+@dataclass(frozen=True)
+class PerDeviceFlags:
+    """The options bench memory and bench matmul share, as given."""
+
+    quick: bool
+    repeats: int | None
+    min_time: float | None
+    warmups: int | None
+    device: list[str] | None
+    baseline: list[str] | None
+    max_regression: str | None
+    timeout: str | None
+    json_out: bool
+    csv_out: bool
+    verbose: bool
+
+
+PER_DEVICE: dict[str, tuple[Any, Any]] = {
+    "quick": (QuickOpt, False), "repeats": (RepeatsOpt, None), "min_time": (MinTimeOpt, None), "warmups": (WarmupsOpt, None),
+    "device": (DeviceOpt, None), "baseline": (BaselineOpt, None), "max_regression": (MaxRegressionOpt, None),
+    "timeout": (WatchdogOpt, None), "json_out": (JsonOpt, False), "csv_out": (CsvOpt, False), "verbose": (VerboseOpt, False),
+}  # fmt: skip
+# `@per_device_options`: a per-device bench command declares its own options; it is called with `flags` for these.
+per_device_options = option_group(PER_DEVICE, ("flags",), lambda **given: {"flags": PerDeviceFlags(**given)})
+
+
+def run_per_device(flags: PerDeviceFlags, build: Callable[..., Any], spec: Any, run: Callable[..., Any],
+                   label: Callable[[dict], str], comparisons: Callable[[Any], Iterable[Any]], what: str, wrong: str) -> None:  # fmt: skip
+    """A per-device bench from its flags: `build(devices=..., repeats=..., ...)` is its options (the shared ones
+    given, the bench's own parsed by it), `run(opts, timeout_s, on_event=...)` its report; then stragglers, the gate
+    and a wrong result on stderr, and the exit code."""
+    check_output_format(flags.json_out, flags.csv_out)
+    quick = flags.quick
+    opts = build(
+        devices=parse_devices("--device", flags.device),
+        repeats=check_count("--repeats", flags.repeats, c.QUICK_REPEATS if quick else c.DEFAULT_REPEATS, low=1),
+        min_time_s=check_seconds("--min-time", flags.min_time, c.QUICK_MIN_TIME_S if quick else c.DEFAULT_MIN_TIME_S),
+        warmups=check_count("--warmups", flags.warmups, c.QUICK_WARMUPS if quick else c.DEFAULT_WARMUPS, low=0),
         quick=quick,
     )
+    request = check_gate(flags.baseline, flags.max_regression, spec)
+    timeout_s = check_timeout(flags.timeout)
+    report = measure(lambda on: run(opts, timeout_s, on_event=on), label, request, spec, flags.json_out, flags.csv_out, flags.verbose)
+    failed = any(cell.verified is False for cell in report.results)
+    finish(report, spec, notes=straggler_lines(comparisons(report), what), failures=[f"{what} verification failed: {wrong}"] if failed else [])
 
 
-def stderr_line(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-
-
-def straggler_lines(comparisons, what: str) -> list[str]:
+def straggler_lines(comparisons: Iterable[Any], what: str) -> list[str]:
     """One stderr line per straggler: the device, its figure and the median, so a log names the slow device."""
     from devctl.units import digits
 
@@ -69,12 +111,3 @@ def straggler_lines(comparisons, what: str) -> list[str]:
         for s in comp.stragglers:
             lines.append(f"straggler: {what} {comp.metric}: {s.describe(comp.unit, digits=digits(comp.median))}")
     return lines
-
-
-def finish(report, comparisons, spec, what: str, wrong: str) -> None:
-    """After the report: its stragglers and the gate's verdict on stderr; exit 1 when a result was wrong (`wrong`
-    says how) or the gate failed."""
-    from devctl.cli import gate
-
-    failed = any(c.verified is False for c in report.results)
-    gate.finish(report, spec, notes=straggler_lines(comparisons, what), failures=[f"{what} verification failed: {wrong}"] if failed else [])

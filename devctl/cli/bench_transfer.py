@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish
+from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish, measure
 from devctl.cli.options import (
     CsvOpt,
     JsonOpt,
@@ -30,7 +30,6 @@ from devctl.cli.options import (
 from devctl.errors import UsageError
 from devctl.model import bench_transfer as m
 from devctl.model.devices import DeviceRef
-from devctl.model.gate import GateRequest
 
 Option = typer.Option
 DirectionOpt = Annotated[
@@ -137,22 +136,12 @@ def transfer(
     )  # fmt: skip
     gate = check_gate(baseline, max_regression, m.GATE, gate_all_sizes)
     timeout_s = check_timeout(timeout)
-    report = _run(opts, timeout_s, gate)
-    from devctl.render import emit
-
-    emit(report, json_out, csv_out=csv_out)
-    wrong = any(c.verified is False for c in report.results)
-    finish(report, m.GATE, failures=["transfer verification failed: the bytes of some cells did not arrive unchanged"] if wrong else [])
-
-
-def _run(opts: m.TransferOptions, timeout_s: float, gate: GateRequest | None) -> m.TransferReport:
-    """The benchmark, with a progress bar on a terminal."""
     from devctl.collect.bench_transfer import run_transfer
-    from devctl.render.bench import Progress
     from devctl.render.bench_transfer import progress_label
 
-    with Progress(progress_label) as progress:
-        return run_transfer(opts, timeout_s, gate=gate, on_event=progress.on_event)
+    report = measure(lambda on: run_transfer(opts, timeout_s, on_event=on), progress_label, gate, m.GATE, json_out, csv_out)
+    wrong = any(c.verified is False for c in report.results)
+    finish(report, m.GATE, failures=["transfer verification failed: the bytes of some cells did not arrive unchanged"] if wrong else [])
 
 
 # ---- validation (no jax here) ------------------------------------------------------------------

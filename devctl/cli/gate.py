@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Annotated, Any, Iterable, Optional
+from typing import Annotated, Any, Callable, Iterable, Optional
 
 import typer
 
@@ -77,6 +77,20 @@ def check_gate(baselines: list[str] | None, max_regression: str | None, spec: Ga
 
     files = [(path, read_input_file("--baseline", path, BASELINE_CAP_BYTES)) for path in baselines]
     return read_baselines(files, spec, pct, all_sizes)
+
+
+def measure(run: Callable[[Callable[[dict], None]], Any], label: Callable[[dict], str], request: GateRequest | None,
+            spec: GateSpec, json_out: bool, csv_out: bool, verbose: bool = False) -> Any:  # fmt: skip
+    """A bench's report: `run(on_event)` with a progress bar on a terminal (`label` names each finished cell),
+    judged against --baseline, and printed."""
+    from devctl.collect.gate import judged
+    from devctl.render import emit
+    from devctl.render.bench import Progress
+
+    with Progress(label) as progress:
+        report = judged(run(progress.on_event), request, spec)
+    emit(report, json_out, csv_out=csv_out, verbose=verbose)
+    return report
 
 
 def finish(report: Any, spec: GateSpec, *, failures: Iterable[str] = (), notes: Iterable[str] = ()) -> None:

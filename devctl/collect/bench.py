@@ -3,10 +3,10 @@ turning its failures into one-line errors, and the run's environment as the repo
 
 from __future__ import annotations
 
-from typing import Callable, cast
+from typing import Any, Callable, Iterable, cast
 
 from devctl.errors import DevctlError, InputRejected
-from devctl.model.bench import BenchDevice, ChipEnvironment
+from devctl.model.bench import BenchDevice, ChipEnvironment, Comparison, best_by_device, compare, fastest_by_device
 from devctl.model.peaks import no_peak_reason, peak_for
 
 
@@ -62,3 +62,34 @@ def roof_words(devices: tuple[BenchDevice, ...], pick: Callable) -> tuple[dict[s
             reasons.append(no_peak_reason(d.device_kind, d.platform))
     first = lambda items: ", ".join(dict.fromkeys(items)) or None  # noqa: E731
     return roofs, first(names), first(sources), first(reasons)
+
+
+def cells_of(events: list[dict], cell_type: type, devices: tuple[BenchDevice, ...], order: Callable[[Any], Any]) -> tuple:
+    """The child's cells, by device (the order it lists them), then by `order`: the child measures group by group,
+    every device taking turns; a reader compares one device's rows."""
+    from devctl.model import from_dict
+
+    index = {d.name: i for i, d in enumerate(devices)}
+    cells: list[Any] = [from_dict(cell_type, e) for e in events if e.get("event") == "cell"]
+    return tuple(sorted(cells, key=lambda c: (index.get(c.device, len(index)), order(c))))
+
+
+def compare_cells(
+    metric: str, unit: str, cells: Iterable[Any], devices: tuple[BenchDevice, ...], fields: tuple[str, str],
+    size_of: Callable[[Any], int], roof_of: Callable[[Any], float | None], roof_what: str,
+) -> Comparison:  # fmt: skip
+    """Every device's best figure (`fields`: the figure and its fastest sample's) against its roof (`roof_of` a
+    device kind's peak) and its peers."""
+    value, fastest = fields
+    measured = list(cells)
+    roofs, name, source, reason = roof_words(devices, roof_of)
+    return compare(
+        metric, unit,
+        best_by_device(measured, lambda c: getattr(c, value), size_of),
+        {d.name: d.device_kind for d in devices},
+        roofs,
+        fastest=fastest_by_device(measured, lambda c: getattr(c, fastest)),
+        roof_name=f"{name} {roof_what}" if name else None,
+        roof_source=source,
+        roof_reason=reason,
+    )  # fmt: skip

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Callable, cast
 
-from devctl.collect.gate import judged
 from devctl.errors import DevctlError, InputRejected
 from devctl.model import bench_transfer as m
 from devctl.model.bench import BenchDevice
-from devctl.model.gate import GateRequest
 
 PROBE_MODULE = "devctl.probe.transfer"
 
@@ -17,11 +15,9 @@ def run_transfer(
     opts: m.TransferOptions,
     timeout_s: float,
     *,
-    gate: GateRequest | None = None,
     on_event: Callable[[dict], None] | None = None,
 ) -> m.TransferReport:
-    """Run the probe child and assemble its events into a report, judged against `gate` (a baseline, the
-    drop allowed beyond its noise, which cells) when given. `on_event` sees every event as it comes (progress). --sizes is
+    """Run the probe child and assemble its events into a report. `on_event` sees every event as it comes (progress). --sizes is
     checked against this machine when the plan arrives: the first moment the devices are known, before the
     child allocates anything."""
     from devctl.probe.runner import run_child
@@ -43,7 +39,7 @@ def run_transfer(
     if done is None or plan is None:
         raise DevctlError(f"bench transfer: the benchmark process {result.failure_text()}")
     report = assemble(result.events, elapsed_s=result.elapsed_s)
-    return judged(report, gate, m.GATE)
+    return report
 
 
 def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.TransferReport:

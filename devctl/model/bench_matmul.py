@@ -21,6 +21,8 @@ DTYPES: tuple[str, ...] = get_args(Dtype)
 # pass on TPUs, which would be a bf16/TF32 figure under an f32 name.
 PRECISION = {"bf16": "DEFAULT", "f32": "HIGHEST"}
 ELEMENT_BYTES = {"bf16": 2, "f32": 4}
+# Which published figure each dtype is set against (devctl.model.peaks): f32 runs at Precision.HIGHEST, FP32 math.
+ROOF_FIELD = {"bf16": "bf16_tflops", "f32": "f32_tflops"}
 
 # Square matrices of side N: 2*N^3 flops per call. An accelerator needs thousands a side to fill its tensor cores
 # or MXUs; a CPU is saturated far sooner, and a 2-core machine must finish --quick in seconds.
