@@ -555,7 +555,7 @@ def test_moved_bytes_leave_out_what_aliases_the_source():
 
 
 def test_failure_notes_tell_out_of_memory_from_other_failures():
-    from devctl.probe.transfer import _failure_note
+    from devctl.probe.bench import failure_note as _failure_note
 
     oom = _failure_note(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes. More text"))
     assert oom == "skipped: out of memory (RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes)"

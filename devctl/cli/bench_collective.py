@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.bench_transfer import parse_sizes
+from devctl.cli.bench_options import WatchdogOpt, parse_sizes
 from devctl.cli.cluster import cluster_options
 from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish
 from devctl.cli.options import CsvOpt, JsonOpt, check_count, check_output_format, check_seconds, check_timeout, choose, shown, split_list
@@ -57,10 +57,6 @@ WarmupsOpt = Annotated[Optional[int], Option("--warmups", metavar="N", help=f"Un
 BudgetOpt = Annotated[
     Optional[float],
     Option("--budget", metavar="SECONDS", help=f"Timed seconds per cell: small sizes take more samples within it (default {m.DEFAULT_BUDGET_S:g})."),
-]
-WatchdogOpt = Annotated[
-    Optional[str],
-    Option("--timeout", metavar="SECONDS", help="Stop when no progress is seen for this long (default 30, at most 60)."),
 ]
 
 _AXIS = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")

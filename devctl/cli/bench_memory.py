@@ -8,9 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.bench_options import PerDeviceFlags, per_device_options, run_per_device
-from devctl.cli.options import split_list
-from devctl.errors import UsageError
+from devctl.cli.bench_options import PerDeviceFlags, parse_sizes, per_device_options, run_per_device
 from devctl.model import bench_memory as m
 
 SizesOpt = Annotated[
@@ -44,17 +42,4 @@ MAX_SIZE = 1 << 40
 
 
 def parse_byte_sizes(text: str) -> tuple[int, ...]:
-    from devctl.units import parse_size
-
-    out = set()
-    for p in split_list("--sizes", [text], "sizes such as 256M,1G"):
-        try:
-            n = parse_size(p)
-        except ValueError as e:
-            raise UsageError(f"--sizes: {e}") from None
-        if n < m.ELEMENT_BYTES:
-            raise UsageError(f"--sizes: a size must be at least {m.ELEMENT_BYTES} bytes (one uint32), got {p!r}")
-        if n > MAX_SIZE:
-            raise UsageError(f"--sizes: {p!r} is more than 1T per device; give sizes such as 256M,1G")
-        out.add(n)
-    return tuple(sorted(out))
+    return parse_sizes(text, "256M,1G", m.ELEMENT_BYTES, "bytes (one uint32)", MAX_SIZE)

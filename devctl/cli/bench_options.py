@@ -19,7 +19,9 @@ from devctl.cli.options import (
     check_timeout,
     option_group,
     parse_devices,
+    split_list,
 )
+from devctl.errors import UsageError
 from devctl.model import bench as c
 
 Option = typer.Option
@@ -111,3 +113,22 @@ def straggler_lines(comparisons: Iterable[Any], what: str) -> list[str]:
         for s in comp.stragglers:
             lines.append(f"straggler: {what} {comp.metric}: {s.describe(comp.unit, digits=digits(comp.median))}")
     return lines
+
+
+def parse_sizes(text: str, example: str = "4K,1M,64M,1G", minimum: int = 1, unit: str = "byte", maximum: int | None = None) -> tuple[int, ...]:
+    """--sizes of a bench: sizes such as 4K,1M (binary K, M, G, T; decimal KB, MB, GB), each from `minimum` (a
+    `unit`) to `maximum`, sorted and without repeats."""
+    from devctl.units import parse_size
+
+    out = set()
+    for p in split_list("--sizes", [text], f"sizes such as {example}"):
+        try:
+            n = parse_size(p)
+        except ValueError as e:
+            raise UsageError(f"--sizes: {e}") from None
+        if n < max(minimum, 1):
+            raise UsageError(f"--sizes: a size must be at least {minimum} {unit}, got {p!r}")
+        if maximum is not None and n > maximum:
+            raise UsageError(f"--sizes: {p!r} is more than 1T per device; give sizes such as {example}")
+        out.add(n)
+    return tuple(sorted(out))

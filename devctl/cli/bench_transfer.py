@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
+from devctl.cli.bench_options import WatchdogOpt, parse_sizes
 from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish, measure
 from devctl.cli.options import (
     CsvOpt,
@@ -98,11 +99,6 @@ GateAllSizesOpt = Annotated[
         help="With --baseline: judge latency-bound cells too (by default only bandwidth-bound cells are, those whose "
         "fixed per-transfer cost is at most a tenth of their time in the baseline).",
     ),
-]
-# A string, parsed by check_timeout as every command's --timeout is, so a bad value is named in the error.
-WatchdogOpt = Annotated[
-    Optional[str],
-    Option("--timeout", metavar="SECONDS", help="Stop when no progress is seen for this long (default 30, at most 60)."),
 ]
 
 
@@ -201,21 +197,6 @@ def parse_variants(text: str | None, directions: tuple[str, ...]) -> tuple[str, 
     if "main" in chosen:
         chosen |= {m.main_variant(d) for d in directions}
     return tuple(v for v in m.ALL_VARIANTS if v in chosen)
-
-
-def parse_sizes(text: str) -> tuple[int, ...]:
-    from devctl.units import parse_size
-
-    out = set()
-    for p in split_list("--sizes", [text], "sizes such as 4K,1M,64M,1G"):
-        try:
-            n = parse_size(p)
-        except ValueError as e:
-            raise UsageError(f"--sizes: {e}") from None
-        if n <= 0:
-            raise UsageError(f"--sizes: a size must be at least 1 byte, got {p!r}")
-        out.add(n)
-    return tuple(sorted(out))
 
 
 def check_conflicts(

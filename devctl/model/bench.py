@@ -61,7 +61,9 @@ class ChipOptions:
 _O = TypeVar("_O", bound=ChipOptions)
 
 
-class _ChipEnvironmentRequired(TypedDict):
+class HostEnvironment(TypedDict):
+    """What every bench's run was on (the probe child's devctl.probe.bench.host_environment), and devctl's additions."""
+
     python: str
     jax: str
     jaxlib: str | None
@@ -73,14 +75,17 @@ class _ChipEnvironmentRequired(TypedDict):
     cpu_affinity: list[int] | None  # CPUs the probe may run on
     xla_flags: str | None  # XLA_FLAGS as set
     jax_platforms: str | None  # JAX_PLATFORMS as set
+    devctl: str  # devctl's version
+    child_elapsed_s: Annotated[float | None, json_schema(minimum=0)]  # the probe child's own wall time
+
+
+class _ChipEnvironmentRequired(HostEnvironment):
     repeats: Annotated[int, json_schema(minimum=1)]
     min_time_s: Annotated[float, json_schema(minimum=0)]
     warmups: Annotated[int, json_schema(minimum=0)]
     quick: bool
     burst_min_s: Annotated[float, json_schema(minimum=0)]  # how long a sample's burst of calls is calibrated to last
     sweep_note: str | None  # sizes left out of the default sweep, and why
-    devctl: str  # devctl's version
-    child_elapsed_s: Annotated[float | None, json_schema(minimum=0)]  # the probe child's own wall time
 
 
 class ChipEnvironment(_ChipEnvironmentRequired, total=False):

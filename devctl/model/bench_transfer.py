@@ -7,10 +7,10 @@ probe child both build and read these records.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, ClassVar, Hashable, Iterable, Literal, TypedDict, cast, get_args
+from typing import Annotated, Any, Callable, ClassVar, Hashable, Iterable, Literal, cast, get_args
 
 from devctl.model import from_dict, json_schema
-from devctl.model.bench import BenchDevice
+from devctl.model.bench import BenchDevice, HostEnvironment
 from devctl.model.devices import DeviceRef
 from devctl.model.gate import Baseline, Figure, Gate, GateSpec
 from devctl.model.timing import Timing
@@ -243,18 +243,7 @@ class Roofs:
     pcie_reason: str | None = None  # why there is no PCIe roof (no GPU, no NVML)
 
 
-class _BenchEnvironmentRequired(TypedDict):
-    python: str
-    jax: str
-    jaxlib: str | None
-    numpy: str
-    backend: str | None  # the JAX client's platform
-    platform_version: str | None
-    hostname: str
-    cpu_count: int | None
-    cpu_affinity: list[int] | None  # CPUs the probe may run on
-    xla_flags: str | None  # XLA_FLAGS as set
-    jax_platforms: str | None  # JAX_PLATFORMS as set
+class _BenchEnvironmentRequired(HostEnvironment):
     sizes_bytes: list[Annotated[int, json_schema(minimum=1)]]  # the sizes measured
     sweep_note: str | None  # sizes left out of the default sweep, and why
     pairs_note: str | None  # device pairs left out, and why
@@ -264,8 +253,6 @@ class _BenchEnvironmentRequired(TypedDict):
     verify: bool
     quick: bool
     dtype: str  # of the arrays moved
-    devctl: str  # devctl's version
-    child_elapsed_s: Annotated[float | None, json_schema(minimum=0)]  # the probe child's own wall time
 
 
 class BenchEnvironment(_BenchEnvironmentRequired, total=False):

@@ -278,6 +278,19 @@ def time_interleaved(calls: dict[str, Callable[[], Any]], opts: ChipOptions) -> 
 
 
 def environment(jax, np, local: list, opts: ChipOptions, sweep_note: str | None) -> dict:
+    return {
+        **host_environment(jax, np, local),
+        "repeats": opts.repeats,
+        "min_time_s": opts.min_time_s,
+        "warmups": opts.warmups,
+        "quick": opts.quick,
+        "burst_min_s": BURST_MIN_S,
+        "sweep_note": sweep_note,
+    }
+
+
+def host_environment(jax, np, local: list) -> dict:
+    """What every bench's run was on: versions, the machine, the settings of the environment that change it."""
     backend = local[0].client
     try:
         affinity = sorted(os.sched_getaffinity(0))
@@ -295,12 +308,6 @@ def environment(jax, np, local: list, opts: ChipOptions, sweep_note: str | None)
         "cpu_affinity": affinity,
         "xla_flags": os.environ.get("XLA_FLAGS"),
         "jax_platforms": os.environ.get("JAX_PLATFORMS"),
-        "repeats": opts.repeats,
-        "min_time_s": opts.min_time_s,
-        "warmups": opts.warmups,
-        "quick": opts.quick,
-        "burst_min_s": BURST_MIN_S,
-        "sweep_note": sweep_note,
     }
 
 

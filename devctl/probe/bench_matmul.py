@@ -20,13 +20,10 @@ program: XLA optimises within one program, never across calls, and the runtime r
 
 from __future__ import annotations
 
-import os
-import sys
-
 from devctl.model import bench_matmul as m
 from devctl.model.peaks import peak_for
 from devctl.probe.bench import MIN_CALLS, Group, Recipe, run_recipe
-from devctl.probe.channel import read_request, release_runtime
+from devctl.probe.channel import exit_child, read_request
 
 # Rows and columns of C checked: enough to catch a wrong kernel, few enough to cost nothing next to the timing.
 CHECK_ROWS, CHECK_COLS = 4, 64
@@ -121,8 +118,4 @@ def _verify(np, c, a, b, dtype: str) -> bool:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Leave as the other probes do: past the runtimes' exit-time destructors, undoing what libtpu's would have.
-    sys.stdout.flush()
-    release_runtime()
-    os._exit(code)
+    exit_child(main)

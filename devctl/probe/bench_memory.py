@@ -19,13 +19,10 @@ does after its last call (a burst that dropped or merged calls fails its cell).
 
 from __future__ import annotations
 
-import os
-import sys
-
 from devctl.model import bench_memory as m
 from devctl.model.peaks import peak_for
 from devctl.probe.bench import MIN_CALLS, Group, Recipe, run_recipe
-from devctl.probe.channel import read_request, release_runtime
+from devctl.probe.channel import exit_child, read_request
 from devctl.units import format_size_short
 
 RECIPE = Recipe(
@@ -118,8 +115,4 @@ class Copy:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Leave as the other probes do: past the runtimes' exit-time destructors, undoing what libtpu's would have.
-    sys.stdout.flush()
-    release_runtime()
-    os._exit(code)
+    exit_child(main)

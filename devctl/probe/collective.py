@@ -21,14 +21,14 @@ import gc
 import math
 import os
 import platform
-import sys
 import time
 from dataclasses import dataclass, field
 
 from devctl.model import bench_collective as m
 from devctl.model import to_jsonable
 from devctl.model.timing import single_timing
-from devctl.probe.channel import emit, read_request, release_runtime
+from devctl.probe.bench import failure_note, import_jax
+from devctl.probe.channel import emit, exit_child, read_request
 from devctl.probe.collective_cluster import Agreement, join_cluster, leave
 from devctl.probe.collective_ops import (
     Layout,
@@ -59,12 +59,10 @@ class UsageProblem(Exception):
 def main() -> int:
     opts = m.CollectiveOptions.from_request(read_request())
     started = time.monotonic()
-    try:
-        import jax
-        import numpy as np
-    except Exception as e:  # a broken install is worth a line, not a traceback
-        emit("error", kind="import", message=f"cannot import jax: {type(e).__name__}: {e}")
+    imported = import_jax()
+    if imported is None:
         return 1
+    jax, np = imported
     agreement = Agreement()
     if opts.cluster is not None:
         try:
@@ -250,7 +248,7 @@ class Bench:
             compile_s = time.perf_counter() - t0
             samples = self._time(compiled, x)
         except Exception as e:  # an out-of-memory or a backend refusal costs this cell, not the run
-            return m.CollectiveCell(**what, skipped=True, note=_failure_note(e))
+            return m.CollectiveCell(**what, skipped=True, note=failure_note(e))
         finally:
             del x, compiled
             gc.collect()  # free this cell's buffers before the next one allocates
@@ -340,23 +338,10 @@ def _np_dtype(np, name: str):
     return np.dtype(name)
 
 
-def _failure_note(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    first = text.split(". ")[0][:200]
-    if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower():
-        return f"skipped: out of memory ({first})"
-    return f"failed: {type(e).__name__}: {first}"
-
-
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
 
 
 if __name__ == "__main__":
-    code = main()
-    # Leave as the other probes do: past the runtimes' exit-time destructors (some hang or abort), and past
-    # JAX's atexit shutdown, which would wait for peers that may be gone.
-    sys.stdout.flush()
-    release_runtime()
-    os._exit(code)
+    exit_child(main)

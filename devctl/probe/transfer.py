@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
-import platform
-import sys
 import time
 from dataclasses import replace
 
 from devctl.model import bench_transfer as m
 from devctl.model import to_jsonable
 from devctl.model.timing import sample_stats, single_timing
-from devctl.probe.channel import emit, read_request, release_runtime
-from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, dist_version, memory_kinds
+from devctl.probe.bench import failure_note, host_environment, import_jax
+from devctl.probe.channel import emit, exit_child, read_request
+from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, memory_kinds
 from devctl.probe.transfer_links import LINK_SAMPLE_MIN_BYTES, read_nvml_links, sample_link
 from devctl.probe.transfer_measure import HostBuffers, host_available_bytes, moved_bytes, ranges
 from devctl.probe.transfer_plan import DEVICE_COPIES, Plan, Spec, UsageProblem, devices_involved, zero_copy_note
@@ -55,12 +53,10 @@ ROOF_MIN_TIME_S = 0.05
 def main() -> int:
     opts = m.TransferOptions.from_request(read_request())
     started = time.monotonic()
-    try:
-        import jax
-        import numpy as np
-    except Exception as e:  # a broken install is worth a line, not a traceback
-        emit("error", kind="import", message=f"cannot import jax: {type(e).__name__}: {e}")
+    imported = import_jax()
+    if imported is None:
         return 1
+    jax, np = imported
     try:
         bench = Bench(opts, jax, np)
     except Exception as e:  # no backend could start: the parent reports it in one line
@@ -166,7 +162,7 @@ class Bench(Plan, Recipes):
                 transfer.prepare, transfer.op, transfer.sources, transfer.consumes_source, warmed=verified is not None
             )
         except Exception as e:  # an out-of-memory or a backend refusal costs this cell, not the run
-            return self._skipped(spec, _failure_note(e))
+            return self._skipped(spec, failure_note(e))
         finally:
             transfer = None
             gc.enable()
@@ -371,24 +367,8 @@ class Bench(Plan, Recipes):
                 self.links[d.id] = sample_link(link)
 
     def _environment(self) -> dict:
-        jax, np = self.jax, self.np
-        backend = self.local[0].client
-        try:
-            affinity = sorted(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            affinity = None
         return {
-            "python": platform.python_version(),
-            "jax": jax.__version__,
-            "jaxlib": dist_version("jaxlib"),
-            "numpy": np.__version__,
-            "backend": getattr(backend, "platform", None),
-            "platform_version": getattr(backend, "platform_version", None),
-            "hostname": platform.node(),
-            "cpu_count": os.cpu_count(),
-            "cpu_affinity": affinity,
-            "xla_flags": os.environ.get("XLA_FLAGS"),
-            "jax_platforms": os.environ.get("JAX_PLATFORMS"),
+            **host_environment(self.jax, self.np, self.local),
             "sizes_bytes": self.sizes,
             "sweep_note": self.sweep_note,
             "pairs_note": self.pairs_note,
@@ -401,18 +381,5 @@ class Bench(Plan, Recipes):
         }
 
 
-def _failure_note(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    first = text.split(". ")[0][:200]
-    if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower():
-        return f"skipped: out of memory ({first})"
-    return f"failed: {type(e).__name__}: {first}"
-
-
 if __name__ == "__main__":
-    code = main()
-    # Leave as the backend probe does: past the runtimes' exit-time destructors (some hang or abort),
-    # undoing first what libtpu's exit handler would have undone.
-    sys.stdout.flush()
-    release_runtime()
-    os._exit(code)
+    exit_child(main)

@@ -38,7 +38,7 @@ def per_device_text(
     no roof) with its stragglers; the roof, the per-call overhead and the notes; the rule and the method with
     --verbose. At 80 columns the p10-p90 spread gives way first (it stays in --json), then a note goes on a line
     under its row."""
-    from devctl.render.console import Column, out, print_lines, say, table_lines
+    from devctl.render.console import Column, out, table_lines
 
     comparisons = list(comparisons)
     notes = any(c.note for c in report.results)
@@ -55,14 +55,10 @@ def per_device_text(
          pct(c.pct_of_roof), *([c.note or ""] if notes else [])]
         for c in report.results
     ]  # fmt: skip
-    print_lines(table_lines(columns, rows, title=title))
     lines: list[str] = []
-    rules = []
+    charts, rules = [], []
     for comp in comparisons:
-        chart = chart_lines(comp, what(comp), size_text, out().width)
-        if chart:
-            out().print()
-            print_lines(chart)
+        charts.append(chart_lines(comp, what(comp), size_text, out().width))
         lines += comparison_lines(comp, what(comp))
         if peers(comp):
             rules.append(f"Rule: {comp.rule}")
@@ -74,9 +70,7 @@ def per_device_text(
         lines.append("Note: --quick takes few samples, and a busy machine can slow one device for a moment: rerun without --quick before acting on a straggler")
     if verbose:
         lines += rules[:1] + [f"Method: {report.method}"]
-    out().print()
-    for line in lines:
-        say(line, hang="  ")
+    print_view(table_lines(columns, rows, title=title), charts, lines)
 
 
 def peers(comp: Comparison) -> bool:
@@ -151,6 +145,22 @@ def overhead_line(cells: Iterable[Any]) -> str | None:
     low, high = f"{values[0] * 1e3:.2f}", f"{values[-1] * 1e3:.2f}"
     spread = f" (cells {low} – {high})" if low != high else ""
     return f"Per call: launch + sync {statistics.median(values) * 1e3:.2f} ms{spread}, not in the figures above"
+
+
+def print_view(table: list, sections: Iterable[list], prose: Iterable[str]) -> None:
+    """A bench's text view: its table, each non-empty section (pair matrices, a chart) after a blank line, then its
+    prose lines, wrapped to the terminal with a hanging indent."""
+    from devctl.render.console import out, print_lines, say
+
+    if table:
+        print_lines(table)
+    for section in sections:
+        if section:
+            out().print()
+            print_lines(section)
+    out().print()
+    for line in prose:
+        say(line, hang="  ")
 
 
 def boxed_table(columns, rows: list[list[str]], title: str) -> list:

@@ -12,28 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.bench_collective import CollectiveCell, CollectiveReport
-from devctl.render.bench import bar, boxed_table
+from devctl.render.bench import bar, boxed_table, print_view
 from devctl.units import figure, format_seconds, format_size_short
 
 BAR_WIDTH = 32
 
 
 def collective_text(report: CollectiveReport) -> None:
-    from devctl.render.console import out, print_lines, say
-
     rows = [c for c in report.results if c.collective != "ppermute-pair"]
-    if rows:
-        print_lines(_results_table(rows))
-    for matrix in _pair_matrices(report.results):
-        out().print()
-        print_lines(matrix)
-    chart = chart_lines(rows)
-    if chart:
-        out().print()
-        print_lines(chart)
-    out().print()
-    for line in summary_lines(report):
-        say(line, hang="  ")
+    print_view(_results_table(rows) if rows else [], [*_pair_matrices(report.results), chart_lines(rows)], summary_lines(report))
 
 
 def _gbps(value: float | None) -> str:

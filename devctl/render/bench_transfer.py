@@ -10,28 +10,15 @@ whole, one row per line.
 from __future__ import annotations
 
 from devctl.model.bench_transfer import Cell, Fastest, Roofs, TransferReport, above_roof
-from devctl.render.bench import BAR_WIDTH, bar, boxed_table
+from devctl.render.bench import BAR_WIDTH, bar, boxed_table, print_view
 from devctl.units import figure, format_seconds, format_size_short
 
 
 def transfer_text(report: TransferReport) -> None:
-    from devctl.render.console import out, print_lines, say
-
     # d2d on one device has nothing to copy between: one note says so, not a skipped row per size.
     shown = [c for c in report.results if not _alone(c, report)]
     rows = table_cells(shown)
-    if rows:
-        print_lines(_resultsboxed_table(rows))
-    for matrix in _pair_matrices(shown):
-        out().print()
-        print_lines(matrix)
-    chart = chart_lines(rows)
-    if chart:
-        out().print()
-        print_lines(chart)
-    out().print()
-    for line in summary_lines(report):
-        say(line, hang="  ")
+    print_view(_results_table(rows) if rows else [], [*_pair_matrices(shown), chart_lines(rows)], summary_lines(report))
 
 
 def _alone(c: Cell, report: TransferReport) -> bool:
@@ -72,7 +59,7 @@ def _matrix_groups(cells) -> dict:
     return {k: v for k, v in groups.items() if len(v) >= 3}
 
 
-def _resultsboxed_table(cells: list[Cell]) -> list:
+def _results_table(cells: list[Cell]) -> list:
     from devctl.render.console import Column
 
     mesh = any(c.layout != "single" for c in cells)
