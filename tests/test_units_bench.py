@@ -927,3 +927,24 @@ def test_figures_read_as_people_write_them_never_in_exponent_notation():
 
     # An H100's HBM (3350 GB/s), an NVLink (450), PCIe (25.6), a CPU's small transfers (0.142).
     assert [figure(v) for v in (3350.4, 450.0, 25.63, 1.234, 0.1423, None)] == ["3350", "450", "25.6", "1.23", "0.142", "-"]
+
+
+def test_progress_counts_only_the_cells_that_run():
+    """A d2d cell of a one-device run is planned (the report says why it cannot run) but is not progress: the plan's
+    total leaves it out and the bar does not advance for it."""
+    from devctl.render.bench import Progress
+
+    updates: list[dict] = []
+
+    class Bar:
+        def update(self, task, **kw):
+            updates.append(kw)
+
+    progress = Progress(lambda event: event.get("direction", "?"))
+    progress._bar, progress._task = Bar(), 0
+    for event in ({"event": "plan", "cells": 2}, {"event": "cell", "direction": "h2d"},
+                  {"event": "cell", "direction": "d2d", "counted": False}, {"event": "cell", "direction": "d2h"}):  # fmt: skip
+        progress.on_event(event)
+    assert [(u.get("total"), u.get("advance"), u.get("description")) for u in updates] == [
+        (2, None, "measuring"), (None, 1, "h2d"), (None, 1, "d2h")
+    ]  # fmt: skip

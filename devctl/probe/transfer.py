@@ -97,7 +97,7 @@ class Bench(Plan, Recipes):
                 "plan",
                 devices=[to_jsonable(device_info(d)) for d in self.local],
                 environment=self._environment(),
-                cells=sum(len(g) for g in groups),
+                cells=sum(not _no_pair(s) for g in groups for s in g),  # what the progress bar counts: cells that run
                 sizes_bytes=self.sizes,
             )
             for size, specs in zip(self.sizes, groups):
@@ -114,7 +114,7 @@ class Bench(Plan, Recipes):
             why = f"skipped: needs about {format_bytes(host_need)} of host memory, {format_bytes(avail)} available"
             emit("roof", **to_jsonable(m.MemcpyRoof(size, 0, None, None, why)))
             for s in specs:
-                emit("cell", **to_jsonable(self._skipped(s, why)))
+                emit("cell", **to_jsonable(self._skipped(s, why)), **({"counted": False} if _no_pair(s) else {}))
             return
         try:
             host = HostBuffers(np, size)
@@ -122,13 +122,13 @@ class Bench(Plan, Recipes):
             why = f"skipped: could not allocate {format_bytes(size)} of host memory"
             emit("roof", **to_jsonable(m.MemcpyRoof(size, 0, None, None, why)))
             for s in specs:
-                emit("cell", **to_jsonable(self._skipped(s, why)))
+                emit("cell", **to_jsonable(self._skipped(s, why)), **({"counted": False} if _no_pair(s) else {}))
             return
         roof = self._memcpy_roof(host)
         emit("roof", **to_jsonable(roof))
         for spec in specs:
             cell = self._run_cell(spec, host, roof)
-            emit("cell", **to_jsonable(cell))
+            emit("cell", **to_jsonable(cell), **({"counted": False} if _no_pair(spec) else {}))
             gc.collect()  # free this cell's device buffers before the next one allocates
         del host
         gc.collect()
@@ -170,7 +170,7 @@ class Bench(Plan, Recipes):
         return self._cell(spec, samples, moved_bytes, verified, roof, note)
 
     def _cannot_run(self, spec: Spec) -> str | None:
-        if spec.direction == "d2d" and spec.dst is None:
+        if _no_pair(spec):
             return "skipped: device-to-device needs at least 2 devices"
         if spec.layout != "single" and spec.direction == "d2d" and len(self.local) < 2:
             return "skipped: device-to-device needs at least 2 devices"
@@ -336,7 +336,7 @@ class Bench(Plan, Recipes):
 
     def _what(self, spec: Spec) -> dict:
         """The fields that say which cell this is: the same whether it ran or was skipped."""
-        d2d_alone = spec.direction == "d2d" and spec.dst is None  # one device: nothing to copy to
+        d2d_alone = _no_pair(spec)  # one device: nothing to copy to
         return dict(
             direction=spec.direction,
             variant=spec.variant,
@@ -379,6 +379,11 @@ class Bench(Plan, Recipes):
             "quick": self.opts.quick,
             "dtype": "uint8",
         }
+
+
+def _no_pair(spec: Spec) -> bool:
+    """A d2d cell of a run with one device: planned so the report says why, never run, not counted as progress."""
+    return spec.direction == "d2d" and spec.dst is None
 
 
 if __name__ == "__main__":

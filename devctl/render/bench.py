@@ -227,7 +227,7 @@ class Progress:
             self._bar.update(self._task, description=f"joined as process {event.get('process_index')}")
         elif kind == "plan":
             self._bar.update(self._task, total=event.get("cells"), description="measuring")
-        elif kind == "cell":
+        elif kind == "cell" and event.get("counted", True):  # a cell planned only to say why it cannot run is not progress
             self._bar.update(self._task, advance=1, description=self._label(event))
 
     def __exit__(self, *exc) -> None:

@@ -86,18 +86,24 @@ def _results_table(cells: list[Cell]) -> list:
 
 
 def table_cells(cells) -> list[Cell]:
-    """The cells shown row by row: of a d2d pair matrix, only the first pair (the one swept over sizes)."""
+    """The cells shown row by row, grouped by direction and path: of a d2d pair matrix, only the first pair (the one
+    swept over sizes)."""
     matrices = _matrix_groups(cells)
     first_pair: dict = {}
     for c in cells:
         if c.direction == "d2d" and not c.skipped:
             first_pair.setdefault((c.direction, c.variant, c.layout), (c.src, c.dst))
-    return [
+    shown = [
         c
         for c in cells
         if (c.direction, c.variant, c.layout, c.size_bytes) not in matrices
         or (c.src, c.dst) == first_pair.get((c.direction, c.variant, c.layout))
     ]
+    # Grouped by direction and path (in the order first measured), each path's sizes together.
+    paths: dict[tuple, int] = {}
+    for c in shown:
+        paths.setdefault((c.direction, c.variant, c.layout, c.src, c.dst), len(paths))
+    return sorted(shown, key=lambda c: (paths[(c.direction, c.variant, c.layout, c.src, c.dst)], c.size_bytes))
 
 
 def _pair_matrices(cells) -> list[list]:
