@@ -203,3 +203,27 @@ def test_a_process_alone_is_told_its_peers_never_joined():
     assert rc == 1 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "not every process joined" in lines[0] and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("collective", "position", "pair", "right", "wrong"),
+    [
+        ("all-reduce", 0, None, [6] * 8, [1] * 8),  # the input back: no reduction
+        ("reduce-scatter", 1, None, [6] * 4, [2] * 4),
+        ("all-gather", 2, None, [1, 1, 2, 2, 3, 3], [3, 3, 2, 2, 1, 1]),  # the ranks' blocks out of order
+        ("all-to-all", 0, None, [1, 1, 2, 2, 3, 3], [1, 1, 1, 1, 1, 1]),  # its own block kept
+        ("ppermute", 0, None, [3] * 4, [1] * 4),  # rank 0 gets rank 2's block on a ring of 3
+        ("ppermute-pair", 1, (0, 1), [1] * 4, [0] * 4),  # the destination got nothing
+        ("ppermute-pair", 2, (0, 1), [0] * 4, [3] * 4),  # a device outside the pair kept its block
+    ],
+)
+def test_every_collectives_verification_refuses_a_wrong_result(collective, position, pair, right, wrong):
+    """Each collective's check, given the blocks of a 3-rank group whose inputs hold 1, 2 and 3, passes the right
+    output block and refuses a wrong one."""
+    import numpy as np
+
+    from devctl.probe.collective_ops import block_is_right
+
+    values = [1, 2, 3]
+    assert block_is_right(np, collective, position, values, np.asarray(right, dtype=np.float32), pair)
+    assert not block_is_right(np, collective, position, values, np.asarray(wrong, dtype=np.float32), pair)

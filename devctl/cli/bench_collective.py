@@ -107,7 +107,8 @@ def collective(
 
     report = judged(report, request, m.GATE)
     emit(report, json_out, csv_out=csv_out)
-    finish(report, m.GATE)
+    wrong = any(c.verified is False for c in report.results)
+    finish(report, m.GATE, failures=["collective verification failed: some results were wrong (see the notes)"] if wrong else [])
 
 
 # ---- validation (no jax here) ------------------------------------------------------------------

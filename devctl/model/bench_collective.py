@@ -157,6 +157,7 @@ class CollectiveCell(Timing):
     compile_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # lowering and compiling, once, untimed
     roof_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # the per-link peak busbw is set against
     pct_of_roof: float | None = field(default=None, metadata=json_schema(minimum=0))
+    verified: bool | None = None  # the output of a call checked against what the collective gives on its inputs; None: not checked (skipped)
     skipped: bool = False
     note: str | None = None
 

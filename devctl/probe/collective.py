@@ -38,6 +38,7 @@ from devctl.probe.collective_ops import (
     elements,
     import_shard_map,
     make_input,
+    output_is_right,
 )
 from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, dist_version
 from devctl.probe.transfer_measure import host_available_bytes
@@ -247,14 +248,20 @@ class Bench:
             compiled = compiled_collective(self.jax, self.layout, "ppermute-pair" if pair else collective, axis.name, axis.size, x, pair)
             compile_s = time.perf_counter() - t0
             samples = self._time(compiled, x)
+            # The result of one more call, checked: a collective that moved the wrong blocks, or none, has no figure.
+            verified = output_is_right(self.np, self.layout, axis.name, "ppermute-pair" if pair else collective, compiled(x), pair)
         except Exception as e:  # an out-of-memory or a backend refusal costs this cell, not the run
             return m.CollectiveCell(**what, skipped=True, note=failure_note(e))
         finally:
             del x, compiled
             gc.collect()  # free this cell's buffers before the next one allocates
         stats = single_timing(samples)
-        algbw, busbw = m.bandwidths(collective, measured, n, stats["median_s"])
-        return m.CollectiveCell(**what, **stats, algbw_gbps=algbw, busbw_gbps=busbw, compile_s=round(compile_s, 6), note=note)
+        algbw, busbw = m.bandwidths(collective, measured, n, stats["median_s"]) if verified else (None, None)
+        if not verified:
+            note = "; ".join(filter(None, [note, "the result was wrong (not what the collective gives on these inputs): no bandwidth reported"]))
+        return m.CollectiveCell(
+            **what, **stats, algbw_gbps=algbw, busbw_gbps=busbw, compile_s=round(compile_s, 6), verified=verified, note=note
+        )
 
     def _cannot_fit(self, collective: str, size: int, n: int) -> str | None:
         per_device = int((m.input_bytes(collective, size, n) + m.output_bytes(collective, size, n)) * MEMORY_FACTOR)
