@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.bench_options import WatchdogOpt, parse_sizes
+from devctl.cli.bench_options import WatchdogOpt, parse_sizes, sizes_option
 from devctl.cli.cluster import cluster_options
 from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish
 from devctl.cli.options import CsvOpt, JsonOpt, check_count, check_output_format, check_seconds, check_timeout, choose, shown, split_list
@@ -29,13 +29,10 @@ CollectiveOpt = Annotated[
 ]  # fmt: skip
 SizesOpt = Annotated[
     Optional[str],
-    Option(
-        "--sizes",
-        metavar="LIST",
-        autocompletion=completion.sizes,
-        help="Per device, as nccl-tests counts them (all-gather: its output; reduce-scatter: its input), e.g. 1K,1M,64M. "
+    sizes_option(
+        "Per device, as nccl-tests counts them (all-gather: its output; reduce-scatter: its input), e.g. 1K,1M,64M. "
         "Default: 1K to 256M in powers of 4, each collective stopping where one cell would take over "
-        f"{m.SWEEP_CELL_CAP_S:g} s (the note says where).",
+        f"{m.SWEEP_CELL_CAP_S:g} s (the note says where)."
     ),
 ]
 QuickOpt = Annotated[bool, Option("--quick", help="Two sizes and a short budget: a smoke test in seconds.")]

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.bench_options import PerDeviceFlags, per_device_options, run_per_device
+from devctl.cli.bench_options import PerDeviceFlags, per_device_options, run_per_device, sizes_option
 from devctl.cli.options import shown, split_list
 from devctl.errors import UsageError
 from devctl.model import bench_matmul as m
@@ -25,12 +25,10 @@ DtypeOpt = Annotated[
 ]
 SizesOpt = Annotated[
     Optional[str],
-    typer.Option(
-        "--sizes",
-        metavar="LIST",
-        help=f"Matrix sides n (n x n @ n x n), e.g. 2048,8192 or 4K (K = 1024). Default: 2048, 4096, 8192 on "
+    sizes_option(
+        f"Matrix sides n (n x n @ n x n), e.g. 2048,8192 or 4K (K = 1024). Default: 2048, 4096, 8192 on "
         f"accelerators, 512, 1024 on CPU (--quick: one). {m.MIN_SIDE} to {m.MAX_SIDE}; a size the device cannot hold "
-        "is skipped with a note.",
+        "is skipped with a note.", complete=False
     ),
 ]
 

@@ -5,21 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-import typer
-
-from devctl.cli import completion
-from devctl.cli.bench_options import PerDeviceFlags, parse_sizes, per_device_options, run_per_device
+from devctl.cli.bench_options import PerDeviceFlags, parse_sizes, per_device_options, run_per_device, sizes_option
 from devctl.model import bench_memory as m
 
 SizesOpt = Annotated[
     Optional[str],
-    typer.Option(
-        "--sizes",
-        metavar="LIST",
-        autocompletion=completion.sizes,
-        help="Array sizes per device, e.g. 256M,1G (K, M, G are binary; KB, MB, GB decimal); each is read and written "
+    sizes_option(
+        "Array sizes per device, e.g. 256M,1G (K, M, G are binary; KB, MB, GB decimal); each is read and written "
         "once per call. Default: 256M, 1G, 4G on accelerators, 64M, 256M, 1G on CPU (--quick: 256M). Sizes must leave "
-        "the caches to measure memory; one the device cannot hold is skipped with a note.",
+        "the caches to measure memory; one the device cannot hold is skipped with a note."
     ),
 ]
 

@@ -25,6 +25,18 @@ from devctl.errors import UsageError
 from devctl.model import bench as c
 
 Option = typer.Option
+
+
+def sizes_option(help: str, complete: bool = True) -> Any:
+    """A bench's --sizes (its help says what a size is, and the default sweep)."""
+    return Option("--sizes", metavar="LIST", autocompletion=completion.sizes if complete else None, help=help)
+
+
+def device_option(help: str) -> Any:
+    """A bench's --device (its help says which devices, and the default)."""
+    return Option("--device", metavar="ID", autocompletion=completion.devices(), help=help)
+
+
 QuickOpt = Annotated[
     bool,
     Option("--quick", help="One size and a short budget: a smoke test in seconds. --sizes, --repeats, --min-time and --warmups given too override it."),
@@ -41,12 +53,9 @@ WarmupsOpt = Annotated[
 ]
 DeviceOpt = Annotated[
     Optional[list[str]],
-    Option(
-        "--device",
-        metavar="ID",
-        autocompletion=completion.devices(),
-        help="Device(s) to measure, taking turns call by call: a JAX id or platform:id (0, cpu:1, cuda:0), "
-        "repeatable or comma-separated, or all (the default: every local device, so they can be compared).",
+    device_option(
+        "Device(s) to measure, taking turns call by call: a JAX id or platform:id (0, cpu:1, cuda:0), "
+        "repeatable or comma-separated, or all (the default: every local device, so they can be compared)."
     ),
 ]
 VerboseOpt = Annotated[bool, Option("--verbose", "-v", help="Also say how the figures were measured (the method) and the straggler rule.")]

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.bench_options import WatchdogOpt, parse_sizes
+from devctl.cli.bench_options import WatchdogOpt, device_option, parse_sizes, sizes_option
 from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish, measure
 from devctl.cli.options import (
     CsvOpt,
@@ -51,12 +51,9 @@ VariantsOpt = Annotated[
 ]
 SizesOpt = Annotated[
     Optional[str],
-    Option(
-        "--sizes",
-        metavar="LIST",
-        autocompletion=completion.sizes,
-        help="e.g. 4K,1M,64M,1G (K, M, G, T and KiB... are binary; KB, MB, GB are decimal). Default: 4K to 256M "
-        "(1G where the device has room). A size this machine's memory cannot hold is an error.",
+    sizes_option(
+        "e.g. 4K,1M,64M,1G (K, M, G, T and KiB... are binary; KB, MB, GB are decimal). Default: 4K to 256M "
+        "(1G where the device has room). A size this machine's memory cannot hold is an error."
     ),
 ]
 QuickOpt = Annotated[
@@ -81,12 +78,9 @@ ShardedOpt = Annotated[
 ReplicatedOpt = Annotated[bool, Option("--replicated", help="One array replicated on every local device; not with --device, --src, --dst, --all-pairs or --variants.")]
 DeviceOpt = Annotated[
     Optional[list[str]],
-    Option(
-        "--device",
-        metavar="ID",
-        autocompletion=completion.devices(),
-        help="Device(s) for h2d, d2h and d2d-self: a JAX id or platform:id (0, cpu:1, cuda:0), repeatable or comma-separated, "
-        "or all. Default: the first. Not with --sharded or --replicated.",
+    device_option(
+        "Device(s) for h2d, d2h and d2d-self: a JAX id or platform:id (0, cpu:1, cuda:0), repeatable or comma-separated, "
+        "or all. Default: the first. Not with --sharded or --replicated."
     ),
 ]
 SrcOpt = Annotated[Optional[str], Option("--src", metavar="ID", autocompletion=completion.devices(many=False), help="d2d: the source device, as --device names one (not with --all-pairs).")]

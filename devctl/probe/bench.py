@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from devctl.model.bench import BURST_MIN_S, ChipOptions
 from devctl.model.timing import sample_stats
-from devctl.probe.channel import emit
+from devctl.probe.channel import emit, read_request
 from devctl.probe.transfer_devices import device_free_bytes, device_name, dist_version
 from devctl.probe.transfer_measure import host_available_bytes
 from devctl.units import format_bytes
@@ -65,6 +65,15 @@ def import_jax() -> tuple[Any, Any] | None:
         emit("error", kind="import", message=f"cannot import jax: {type(e).__name__}: {e}")
         return None
     return jax, np
+
+
+def begin(options: Any) -> tuple[Any, float, Any, Any] | None:
+    """A bench child's start: its request read as `options` (the options dataclass), when it started, jax and numpy;
+    None after an error event when jax cannot be imported."""
+    opts = options.from_request(read_request())
+    started = time.monotonic()
+    imported = import_jax()
+    return None if imported is None else (opts, started, *imported)
 
 
 def local_devices(jax) -> list | None:

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from devctl.model import bench_collective as m
 from devctl.model import to_jsonable
 from devctl.model.timing import single_timing
-from devctl.probe.bench import failure_note, import_jax
-from devctl.probe.channel import emit, exit_child, read_request
+from devctl.probe.bench import begin, failure_note
+from devctl.probe.channel import emit, exit_child
 from devctl.probe.collective_cluster import Agreement, join_cluster, leave
 from devctl.probe.collective_ops import (
     Layout,
@@ -58,12 +58,10 @@ class UsageProblem(Exception):
 
 
 def main() -> int:
-    opts = m.CollectiveOptions.from_request(read_request())
-    started = time.monotonic()
-    imported = import_jax()
-    if imported is None:
+    began = begin(m.CollectiveOptions)
+    if began is None:
         return 1
-    jax, np = imported
+    opts, started, jax, np = began
     agreement = Agreement()
     if opts.cluster is not None:
         try:

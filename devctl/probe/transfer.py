@@ -29,8 +29,8 @@ from dataclasses import replace
 from devctl.model import bench_transfer as m
 from devctl.model import to_jsonable
 from devctl.model.timing import sample_stats, single_timing
-from devctl.probe.bench import failure_note, host_environment, import_jax
-from devctl.probe.channel import emit, exit_child, read_request
+from devctl.probe.bench import begin, failure_note, host_environment
+from devctl.probe.channel import emit, exit_child
 from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, memory_kinds
 from devctl.probe.transfer_links import LINK_SAMPLE_MIN_BYTES, read_nvml_links, sample_link
 from devctl.probe.transfer_measure import HostBuffers, host_available_bytes, moved_bytes, ranges
@@ -51,12 +51,10 @@ ROOF_MIN_TIME_S = 0.05
 
 
 def main() -> int:
-    opts = m.TransferOptions.from_request(read_request())
-    started = time.monotonic()
-    imported = import_jax()
-    if imported is None:
+    began = begin(m.TransferOptions)
+    if began is None:
         return 1
-    jax, np = imported
+    opts, started, jax, np = began
     try:
         bench = Bench(opts, jax, np)
     except Exception as e:  # no backend could start: the parent reports it in one line
