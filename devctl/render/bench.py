@@ -57,9 +57,13 @@ def per_device_text(
     ]  # fmt: skip
     lines: list[str] = []
     charts, rules = [], []
+    reasons = {comp.roof_reason for comp in comparisons if not comp.roof_name}
+    one_reason = len(comparisons) > 1 and len(reasons) == 1 and all(not comp.roof_name for comp in comparisons)
+    if one_reason:  # the same for every dtype: said once
+        lines.append(f"Roof: none; {_reason(reasons.pop(), any(peers(c) for c in comparisons))}")
     for comp in comparisons:
         charts.append(chart_lines(comp, what(comp), size_text, out().width))
-        lines += comparison_lines(comp, what(comp))
+        lines += comparison_lines(comp, what(comp))[1 if one_reason and comp.roof_reason else 0 :]
         if peers(comp):
             rules.append(f"Rule: {comp.rule}")
     overhead = overhead_line(report.results)
@@ -71,6 +75,12 @@ def per_device_text(
     if verbose:
         lines += rules[:1] + [f"Method: {report.method}"]
     print_view(table_lines(columns, rows, title=title), charts, lines)
+
+
+def _reason(reason: str | None, with_peers: bool) -> str | None:
+    """Why there is no roof; without peers, not that the devices are compared with each other instead."""
+    comparing = ": devices are compared with each other"
+    return reason if with_peers or not reason else reason.removesuffix(comparing)
 
 
 def peers(comp: Comparison) -> bool:
@@ -117,7 +127,7 @@ def comparison_lines(comp: Comparison, what: str) -> list[str]:
     if comp.roof_name:
         lines.append(f"Roof, {what}: {comp.roof_name} ({comp.roof_source})")
     elif comp.roof_reason:
-        lines.append(f"Roof, {what}: none; {comp.roof_reason}")
+        lines.append(f"Roof, {what}: none; {_reason(comp.roof_reason, peers(comp))}")
     if not peers(comp):
         return lines
     measured = [f for f in comp.figures if f.value is not None]
