@@ -141,6 +141,12 @@ def test_quick_sweeps_two_sizes():
     doc = bench("--quick", "-c", "all-reduce")
     assert [c["size_bytes"] for c in doc["results"]] == list(m.QUICK_SIZES)
     assert doc["environment"]["quick"] is True and doc["environment"]["repeats"] == m.QUICK_REPEATS
+    # The latency cell times single calls (the launch is its figure); the bandwidth cell bursts of calls, the
+    # per-call overhead apart; both say so.
+    small, large = doc["results"]
+    assert (small["method"], small["calls_per_sample"], small["call_overhead_s"]) == ("single", 1, None)
+    assert large["method"] == "burst" and large["calls_per_sample"] >= 2 and large["call_overhead_s"] >= 0
+    assert large["single_call_s"] > 0 and all(c["verified"] is True for c in doc["results"])
 
 
 # ---- bad input: one line, exit 2 -----------------------------------------------------------------------
