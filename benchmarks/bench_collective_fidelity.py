@@ -68,10 +68,14 @@ def hand_calls(size, axes):
         calls[name] = (f, x)
     return calls
 
-def hand_sample(f, x):
+def hand_sample(f, x, calls=1):
+    # Seconds per call of `calls` calls dispatched back to back and one block_until_ready: a hand-written burst.
     t0 = time.perf_counter()
-    f(x).block_until_ready()
-    return time.perf_counter() - t0
+    out = None
+    for _ in range(calls):
+        out = f(x)
+    out.block_until_ready()
+    return (time.perf_counter() - t0) / calls
 
 def hand_median(f, x, repeats, warmups):
     for _ in range(warmups):
@@ -134,6 +138,10 @@ def hand_medians(size: int) -> dict[str, float]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+# devctl chains these (each call takes the one before's output): the same shape in and out.
+CHAINED = ("all-reduce", "all-to-all", "ppermute")
+
+
 def fidelity_in_process(samples: int) -> None:
     """devctl's compiled cell and timing loop and the hand loop, alternated sample by sample in this process."""
     import jax
@@ -164,8 +172,10 @@ def fidelity_in_process(samples: int) -> None:
                 f(hx).block_until_ready()
             ours, theirs = [], []
             for _ in range(samples):
-                ours += bench._time(compiled, x)
-                theirs.append(hand["hand_sample"](f, hx))
+                # devctl's cell as it times a bandwidth cell (a calibrated burst), the hand loop a burst as long.
+                st = bench._time(compiled, x, burst=True, out_bytes=size, chain=name in CHAINED)
+                ours.append(st["median_s"])
+                theirs.append(hand["hand_sample"](f, hx, st["calls_per_sample"]))
             del x, compiled, f, hx
             report_row(name, size, ours, theirs, spread=True)
         del calls
@@ -257,8 +267,9 @@ for name, (f, hx) in calls.items():
         f(hx).block_until_ready()
     ours, theirs = [], []
     for _ in range(samples):
-        ours += bench._time(compiled, x)
-        theirs.append(hand["hand_sample"](f, hx))
+        st = bench._time(compiled, x, burst=True, out_bytes=size, chain=name in ("all-reduce", "all-to-all", "ppermute"))
+        ours.append(st["median_s"])
+        theirs.append(hand["hand_sample"](f, hx, st["calls_per_sample"]))
     out[name] = [ours, theirs]
     del x, compiled
 if jax.process_index() == 0:

@@ -173,7 +173,7 @@ def main() -> int:
     print(f"\nmachine: {os.cpu_count()} CPUs, {base['environment'].get('backend')} backend, jax {base['environment'].get('jax')}")
     print(f"baseline: {args.baseline_runs} runs of devctl bench transfer {' '.join(flags)}, pooled; gate --max-regression {args.max_regression}")
     if gated:
-        print(f"gated cells: {gated['gated']}, latency-bound not gated: {gated['latency_bound']}, one size: {gated['one_size']}")
+        print(f"gated cells: {gated['gated']}, left out: {gated['left_out']}")
     slowdown = f"a CPU quota of {args.share:g} CPU" if args.slowdown == "quota" else f"competitors at {args.duty:.0%} of each CPU"
     for kind, label in (("identical", "false alarms"), ("slowed", f"catches ({slowdown})")):
         rs = runs[kind]

@@ -123,7 +123,7 @@ def fidelity_in_process(samples: int) -> None:
     import jax
     import numpy as np
 
-    from devctl.model.bench import TransferOptions
+    from devctl.model.bench_transfer import TransferOptions
     from devctl.probe.transfer import Bench, HostBuffers, Spec
 
     hand: dict = {"__name__": "hand_loop"}

@@ -3,7 +3,7 @@
 bench_gate.py records one baseline and judges every rerun against it: one draw. This script takes the documents
 it kept (--keep DIR) and, many times over, pools K identical reruns as the baseline (as `--baseline` repeated
 does) and judges every other identical rerun (a false alarm when it fails) and every slowed rerun (a catch)
-with devctl's own gate (devctl.model.bench.pooled and compare_with_baseline), so the rates do not hang on
+with devctl's own gate (devctl.model.gate.pool and judge), so the rates do not hang on
 which runs happened to be the baseline.
 
 Usage: python benchmarks/gate_resample.py DIR [--runs 1,3,5] [--draws 200] [--max-regression 10]
@@ -19,8 +19,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from devctl.cli.baseline import load_baseline  # noqa: E402
-from devctl.model.bench import compare_with_baseline, pooled  # noqa: E402
+from devctl.collect.gate import read_baseline  # noqa: E402
+from devctl.model.bench_transfer import GATE  # noqa: E402
+from devctl.model.gate import judge  # noqa: E402
+from devctl.model.gate import pool as pooled  # noqa: E402
+
+
+def load_baseline(path: str):
+    return read_baseline(path, Path(path).read_bytes(), GATE)
 
 
 def main() -> int:
@@ -35,7 +41,7 @@ def main() -> int:
     rng = random.Random(1)
 
     def fails(base, run) -> bool:
-        return not compare_with_baseline(run.cells.values(), base, args.max_regression).passed
+        return not judge(run.figures.values(), base, args.max_regression, GATE.unit, GATE.rule).passed
 
     print(f"{args.dir}: {len(identical)} identical and {len(slowed)} slowed reruns, {args.draws} draws per baseline size")
     for k in (int(x) for x in args.runs.split(",")):

@@ -82,3 +82,18 @@ def printable(text: str, limit: int | None = None) -> str:
 def _escape(c: str) -> str:
     n = ord(c)
     return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+
+
+def shown(value: str, limit: int = 120) -> str:
+    """A value as an error line quotes it: repr, and cut short, so a 100,000-character argument stays one readable line."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
+def quoted(value: object) -> str:
+    """Any value from a file or flag as an error line quotes it: strings as shown() does, others as Python writes them."""
+    if isinstance(value, str):
+        return shown(value)
+    text = repr(value)
+    return text if len(text) <= 120 else f"{text[:120]}... ({len(text)} characters)"

@@ -105,9 +105,20 @@ def matmul_cpu_quick():
     return assemble(_events(_cpus(), cells, env), elapsed_s=4.7)
 
 
+def matmul_cpu1_quick():
+    """`--quick` on one CPU device: its two figures, no peers, no method (that is --verbose)."""
+    from devctl.collect.bench_matmul import assemble
+
+    env = {**ENV, "backend": "cpu", "hostname": "vm", "cpu_count": 2, "cpu_affinity": [0, 1], "repeats": 3, "min_time_s": 0.02,
+           "warmups": 1, "quick": True, "sweep_note": "--quick: one size; the default sweep is 512, 1024"}  # fmt: skip
+    cells = [_matmul_cell("cpu:0", "bf16", 512, 0.142, None, 0.000_16), _matmul_cell("cpu:0", "f32", 512, 0.17, None, 0.000_3)]
+    return assemble(_events(_cpus()[:1], cells, env), elapsed_s=2.1)
+
+
 VIEWS = {
     "bench-memory-gpu8": memory_gpu8,
     "bench-memory-cpu-quick": memory_cpu_quick,
     "bench-matmul-gpu8": matmul_gpu8,
     "bench-matmul-cpu-quick": matmul_cpu_quick,
+    "bench-matmul-cpu1-quick": matmul_cpu1_quick,
 }

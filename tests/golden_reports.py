@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from golden_collective import collective_cpu_quick, collective_gpu8
 
-from devctl.model.bench import (
+from devctl.model.bench_transfer import (
     BenchDevice,
     Cell,
     MemcpyRoof,

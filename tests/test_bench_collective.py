@@ -91,7 +91,7 @@ def mesh_run() -> dict:
 
 def test_every_collective_on_each_named_axis(mesh_run):
     doc = mesh_run
-    assert doc["schema"] == "devctl.bench.collective/1"
+    assert doc["schema"] == "devctl.bench.collective/2"
     assert [(a["name"], a["size"], a["groups"], a["scope"]) for a in doc["axes"]] == [
         ("data", 2, 2, "intra-host"), ("model", 2, 2, "intra-host"),
     ]  # fmt: skip
@@ -141,6 +141,12 @@ def test_quick_sweeps_two_sizes():
     doc = bench("--quick", "-c", "all-reduce")
     assert [c["size_bytes"] for c in doc["results"]] == list(m.QUICK_SIZES)
     assert doc["environment"]["quick"] is True and doc["environment"]["repeats"] == m.QUICK_REPEATS
+    # The latency cell times single calls (the launch is its figure); the bandwidth cell bursts of calls, the
+    # per-call overhead apart; both say so.
+    small, large = doc["results"]
+    assert (small["method"], small["calls_per_sample"], small["call_overhead_s"]) == ("single", 1, None)
+    assert large["method"] == "burst" and large["calls_per_sample"] >= 2 and large["call_overhead_s"] >= 0
+    assert large["single_call_s"] > 0 and all(c["verified"] is True for c in doc["results"])
 
 
 # ---- bad input: one line, exit 2 -----------------------------------------------------------------------
@@ -203,3 +209,27 @@ def test_a_process_alone_is_told_its_peers_never_joined():
     assert rc == 1 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "not every process joined" in lines[0] and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("collective", "position", "pair", "right", "wrong"),
+    [
+        ("all-reduce", 0, None, [6] * 8, [1] * 8),  # the input back: no reduction
+        ("reduce-scatter", 1, None, [6] * 4, [2] * 4),
+        ("all-gather", 2, None, [1, 1, 2, 2, 3, 3], [3, 3, 2, 2, 1, 1]),  # the ranks' blocks out of order
+        ("all-to-all", 0, None, [1, 1, 2, 2, 3, 3], [1, 1, 1, 1, 1, 1]),  # its own block kept
+        ("ppermute", 0, None, [3] * 4, [1] * 4),  # rank 0 gets rank 2's block on a ring of 3
+        ("ppermute-pair", 1, (0, 1), [1] * 4, [0] * 4),  # the destination got nothing
+        ("ppermute-pair", 2, (0, 1), [0] * 4, [3] * 4),  # a device outside the pair kept its block
+    ],
+)
+def test_every_collectives_verification_refuses_a_wrong_result(collective, position, pair, right, wrong):
+    """Each collective's check, given the blocks of a 3-rank group whose inputs hold 1, 2 and 3, passes the right
+    output block and refuses a wrong one."""
+    import numpy as np
+
+    from devctl.probe.collective_ops import block_is_right
+
+    values = [1, 2, 3]
+    assert block_is_right(np, collective, position, values, np.asarray(right, dtype=np.float32), pair)
+    assert not block_is_right(np, collective, position, values, np.asarray(wrong, dtype=np.float32), pair)

@@ -64,14 +64,14 @@ def test_each_bench_gates_against_its_own_runs_and_names_what_fell(tmp_path, nam
 
 def test_a_baseline_of_another_bench_or_edited_is_one_line_exit_2(tmp_path):
     env = devctl_env(devices=1)
-    (tmp_path / "other.json").write_text(json.dumps({"schema": "devctl.bench.transfer/1", "results": []}))
+    (tmp_path / "other.json").write_text(json.dumps({"schema": "devctl.bench.transfer/2", "results": []}))
     assert_usage_error(run_devctl("bench", "matmul", "--baseline", str(tmp_path / "other.json"), env=env), "not a devctl bench matmul result")
     cell = {"device": "cpu:0", "size_bytes": 1 << 28, "gbps": 20.0, "samples": 5}  # no spread: cannot be judged honestly
-    (tmp_path / "edited.json").write_text(json.dumps({"schema": "devctl.bench.memory/1", "results": [cell]}))
+    (tmp_path / "edited.json").write_text(json.dumps({"schema": "devctl.bench.memory/2", "results": [cell]}))
     assert_usage_error(run_devctl("bench", "memory", "--baseline", str(tmp_path / "edited.json"), env=env), "results[0]", "p10_s")
     assert_usage_error(run_devctl("bench", "collective", "--max-regression", "5%", env=env), "--max-regression needs --baseline")
     ok = {"device": "cpu:0", "size_bytes": 1 << 28, "gbps": 20.0, "samples": 5, "p10_s": 0.02, "median_s": 0.026, "p90_s": 0.03}
-    (tmp_path / "elsewhere.json").write_text(json.dumps({"schema": "devctl.bench.memory/1", "results": [{**ok, "device": "cuda:7"}]}))
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"schema": "devctl.bench.memory/2", "results": [{**ok, "device": "cuda:7"}]}))
     proc = run_devctl("bench", "memory", "--quick", "--baseline", str(tmp_path / "elsewhere.json"), env=env)
     assert_usage_error(proc, "has no cell matching this run")
 
@@ -96,8 +96,9 @@ def test_judge_uses_the_transfer_gates_band_and_pooling():
     assert pooled.runs == 3 and pooled.figures["b"].value == 100 and pooled.run_spread_pct["b"] == pytest.approx(10.0)
     assert judge([fig("b", 80)], pooled, 10, "GB/s").passed  # -20% inside 10 + 2 + 10
     assert not judge([fig("b", 70)], pooled, 10, "GB/s").passed
-    left_out = judge([fig("a", 1)], base, 10, "GB/s", gated=lambda f: False)
+    left_out = judge([fig("a", 1)], base, 10, "GB/s", lambda baseline: lambda f: "small")
     assert (left_out.compared, left_out.gated, left_out.not_gated, left_out.passed) == (1, 0, 1, True)
+    assert left_out.left_out == {"small": 1}
 
 
 def test_a_loaded_runs_slow_calls_cannot_hide_a_drop_its_fast_calls_show():

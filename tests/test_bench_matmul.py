@@ -10,7 +10,7 @@ import pytest
 from conftest import assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
 
 from devctl.errors import UsageError
-from devctl.probe.chip import MAX_CALLS, MIN_CALLS
+from devctl.probe.bench import MAX_CALLS, MIN_CALLS
 
 SMALL = ("--sizes", "64,128", "--repeats", "3", "--min-time", "0.005", "--warmups", "1")
 
@@ -31,7 +31,7 @@ def run() -> dict:
 
 
 def test_every_device_dtype_and_size(run):
-    assert run["schema"] == "devctl.bench.matmul/1"
+    assert run["schema"] == "devctl.bench.matmul/2"
     assert [(c["device"], c["dtype"], c["n"]) for c in run["results"]] == [
         (f"cpu:{i}", dtype, n) for i in range(2) for dtype in ("bf16", "f32") for n in (64, 128)
     ]
@@ -77,9 +77,9 @@ def test_one_dtype_one_device_csv():
 def test_table():
     proc = run_devctl("bench", "matmul", "--dtype", "bf16", "--sizes", "64", "--repeats", "3", "--min-time", "0", env=cpu_env())
     assert proc.returncode == 0, proc.stderr
-    assert "devctl bench matmul" in proc.stdout and "Per device, bf16" in proc.stdout
+    assert "devctl bench matmul" in proc.stdout and "Matmul bf16: best median TFLOP/s per device" in proc.stdout
     assert "Roof, matmul bf16: none" in proc.stdout
-    assert "Per call: launch + sync " in proc.stdout and "burst" in proc.stdout
+    assert "Per call: launch + sync " in proc.stdout and "Method:" not in proc.stdout
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,7 @@ def test_verification_catches_a_lower_precision_than_asked():
 _BURSTS = r"""
 import json, jax, numpy as np
 from devctl.probe.bench_matmul import Product
-from devctl.probe.chip import burst
+from devctl.probe.bench import burst
 dev = jax.devices()[1]
 p = Product(jax, np, dev, "f32", 128)
 where = p.c.unsafe_buffer_pointer()

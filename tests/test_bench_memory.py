@@ -9,8 +9,8 @@ import json
 import pytest
 from conftest import assert_usage_error, devctl_env, run_devctl, run_json, validate_schema
 
-from devctl.model.bench_chip import BURST_MIN_S
-from devctl.probe.chip import MAX_CALLS, MIN_CALLS
+from devctl.model.bench import BURST_MIN_S
+from devctl.probe.bench import MAX_CALLS, MIN_CALLS
 
 MIB = 1 << 20
 SMALL = ("--sizes", "1M,4M", "--repeats", "3", "--min-time", "0.005", "--warmups", "1")
@@ -33,7 +33,7 @@ def run() -> dict:
 
 
 def test_every_device_at_every_size_with_its_statistics(run):
-    assert run["schema"] == "devctl.bench.memory/1"
+    assert run["schema"] == "devctl.bench.memory/2"
     assert [(c["device"], c["size_bytes"]) for c in run["results"]] == [
         (f"cpu:{i}", size) for i in range(4) for size in (MIB, 4 * MIB)
     ]
@@ -119,14 +119,20 @@ def test_device_subset_and_csv():
     assert all(int(r["calls_per_sample"]) >= MIN_CALLS and float(r["call_overhead_s"]) >= 0 for r in rows)
 
 
-def test_table_names_the_roof_and_the_rule():
-    proc = run_devctl("bench", "memory", "--sizes", "1M", "--repeats", "3", "--min-time", "0", "--device", "0,1", env=cpu_env())
+def test_table_names_the_roof_and_the_rule_and_the_method_with_verbose():
+    args = ("bench", "memory", "--sizes", "1M", "--repeats", "3", "--min-time", "0", "--device", "0,1")
+    proc = run_devctl(*args, "--verbose", env=cpu_env())
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "devctl bench memory" in out and "Per device: best median GB/s" in out
+    assert "devctl bench memory" in out and "Memory: best median GB/s per device, bars against the fastest device" in out
     assert "Roof, memory: none; no published peak for a CPU device" in out
-    assert "Rule: a device is a straggler" in out
+    assert "Rule: a device is a straggler" in out and "Method: y = x + 1" in out
     assert "Per call: launch + sync " in out and "not in the figures above" in out
+    # One device: its figures, the roof and the overhead; no peers to compare, no method unless asked.
+    one = run_devctl(*args[:-1], "0", env=cpu_env())
+    assert one.returncode == 0, one.stderr
+    assert "Memory: best median" not in one.stdout and "Stragglers" not in one.stdout and "peers" not in one.stdout
+    assert "Method:" not in one.stdout and "Rule:" not in one.stdout and "Roof, memory: none" in one.stdout
 
 
 def test_a_size_the_machine_cannot_hold_is_skipped_with_a_note():
@@ -170,7 +176,7 @@ def test_an_unknown_device_is_named_by_the_child():
 def test_json_is_one_document():
     proc = run_devctl("bench", "memory", "--sizes", "1M", "--repeats", "3", "--min-time", "0", "--device", "0", "--json", env=cpu_env())
     assert proc.returncode == 0
-    assert json.loads(proc.stdout)["schema"] == "devctl.bench.memory/1"
+    assert json.loads(proc.stdout)["schema"] == "devctl.bench.memory/2"
 
 
 # ---- bursts: how a sample is built, and that its calls all ran ------------------------------------------------
@@ -179,17 +185,17 @@ def test_json_is_one_document():
 _BURSTS = r"""
 import json, jax
 from devctl.probe.bench_memory import Copy
-from devctl.probe.chip import burst
+from devctl.probe.bench import burst
 copy = Copy(jax, jax.devices()[1], 1 << 16)
 pointers = {b.unsafe_buffer_pointer() for b in copy.bufs}
-first = copy.every_call_ran()
+first = (copy.last_problem() is None)
 burst(copy, 7)
 burst(copy, 3)
-out = {"first": first, "calls": copy.calls, "ran": copy.every_call_ran(), "in_place": copy.in_place,
+out = {"first": first, "calls": copy.calls, "ran": (copy.last_problem() is None), "in_place": copy.in_place,
        "max_burst": copy.max_burst, "same_buffers": {b.unsafe_buffer_pointer() for b in copy.bufs} == pointers,
        "on": copy.bufs[0].devices() == {jax.devices()[1]} and copy.bufs[1].devices() == {jax.devices()[1]}}
 copy.calls += 1  # as if a call had been skipped (or two merged into one): the array is one short
-out["one_short"] = copy.every_call_ran()
+out["one_short"] = (copy.last_problem() is None)
 print(json.dumps(out))
 """
 
@@ -213,7 +219,7 @@ def test_the_calls_of_a_burst_each_read_the_last_result_and_all_ran():
 def test_the_burst_length_is_calibrated_to_the_target():
     """K: the first length tried whose burst lasts the target, growing from MIN_CALLS by what the last burst took
     (at least 2x, at most 16x a try), never past the limit. Fake bursts: no wall time involved."""
-    from devctl.probe.chip import choose_calls
+    from devctl.probe.bench import choose_calls
 
     def calls_for(per_call_s: float, limit: int = MAX_CALLS) -> tuple[int, list[int]]:
         tried: list[int] = []
@@ -234,7 +240,7 @@ def test_the_burst_length_is_calibrated_to_the_target():
 
 
 def test_a_cell_s_figures_are_per_call_and_its_overhead_is_paired_and_never_negative():
-    from devctl.probe.chip import Timing, burst_limit
+    from devctl.probe.bench import Timing, burst_limit
 
     t = Timing(10, per_call=[1.0e-3, 1.1e-3, 0.9e-3], single=[1.3e-3, 1.3e-3, 1.2e-3], extra=[0.3e-3, 0.2e-3, 0.3e-3])
     st = t.stats()

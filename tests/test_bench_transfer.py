@@ -64,7 +64,7 @@ def variants_run() -> dict:
 
 def test_default_directions_main_variants(main_run):
     doc = main_run
-    assert doc["schema"] == "devctl.bench.transfer/1"
+    assert doc["schema"] == "devctl.bench.transfer/2"
     # The default on CPU devices is each direction's plain call: their pinned_host memory (recent jaxlibs) is host
     # memory like a numpy array's, not a faster path. Accelerators add pinned h2d and d2h (test_units_bench).
     assert {(c["direction"], c["variant"]) for c in doc["results"]} == {
@@ -354,7 +354,7 @@ def test_a_rerun_passes_against_its_own_baseline_judging_the_bandwidth_bound_cel
     validate_schema(doc, "bench.transfer")
     gate = doc["gate"]
     assert gate["passed"] is True and gate["regressions"] == [] and gate["all_sizes"] is False
-    assert (gate["compared"], gate["gated"], gate["latency_bound"], gate["one_size"]) == (GATE_CELLS, GATED, GATE_CELLS - GATED, 0)
+    assert (gate["compared"], gate["gated"], gate["left_out"]) == (GATE_CELLS, GATED, {"latency-bound": GATE_CELLS - GATED})
     assert 0 <= gate["min_noise_pct"] <= gate["max_noise_pct"]
     assert f"{GATED} bandwidth-bound cells gated, none fell more than 99% beyond its noise band" in proc.stderr
     assert f"{GATE_CELLS - GATED} latency-bound cells not gated; --gate-all-sizes gates them" in proc.stderr
@@ -402,15 +402,15 @@ def test_a_faster_tight_baseline_fails_naming_each_cell_and_how_far_past_its_noi
     for r in gate["regressions"]:
         # Not -99.9% exactly: the baseline and this run are separate processes, whose 64M cells can land in
         # different page-fault modes on a VM (benchmarks/README.md); a 1000x faster baseline still shows a clear drop.
-        assert r["size_bytes"] == 64 * MIB and r["change_pct"] < -10
+        assert " 64M " in r["cell"] and r["change_pct"] < -10
         assert r["beyond_noise_pct"] == pytest.approx(-r["change_pct"] - r["noise_pct"]) and r["beyond_noise_pct"] > 10
 
 
 def test_gate_all_sizes_judges_the_latency_bound_cells_too(tmp_path, baseline_doc):
     doc = json.loads(gate_run(tmp_path, faster(baseline_doc, 1000), "--gate-all-sizes", "--json").stdout)
     gate = doc["gate"]
-    assert gate["all_sizes"] is True and (gate["gated"], gate["latency_bound"]) == (GATE_CELLS, 0)
-    assert {r["size_bytes"] for r in gate["regressions"]} == {4 * KIB, 64 * MIB}
+    assert gate["all_sizes"] is True and (gate["gated"], gate["left_out"]) == (GATE_CELLS, {})
+    assert {r["cell"].split()[3] for r in gate["regressions"]} == {"4K", "64M"}
 
 
 def test_gate_with_no_matching_cell_is_bad_input(tmp_path, baseline_doc):
@@ -519,7 +519,7 @@ def test_bad_baselines(tmp_path):
     other.write_text(json.dumps({"schema": "devctl.list/1", "devices": []}))
     edited = tmp_path / "edited.json"
     cell = {"direction": "h2d", "variant": "pageable", "layout": "single", "size_bytes": 4096, "src": "host", "dst": "cpu:0", "gbps": "fast"}
-    edited.write_text(json.dumps({"schema": "devctl.bench.transfer/1", "results": [cell]}))
+    edited.write_text(json.dumps({"schema": "devctl.bench.transfer/2", "results": [cell]}))
     for path, needle in (
         (missing, "no such file"), (not_json, "is not JSON"), (other, "not a devctl bench transfer result"),
         (edited, "results[0] has gbps 'fast'"),
@@ -527,7 +527,7 @@ def test_bad_baselines(tmp_path):
         proc = run_devctl("bench", "transfer", "--baseline", str(path), env=cpu_env())
         assert_usage_error(proc, needle)
     bad_pct = tmp_path / "ok.json"
-    bad_pct.write_text(json.dumps({"schema": "devctl.bench.transfer/1", "results": []}))
+    bad_pct.write_text(json.dumps({"schema": "devctl.bench.transfer/2", "results": []}))
     assert_usage_error(run_devctl("bench", "transfer", "--baseline", str(bad_pct), "--max-regression", "150%", env=cpu_env()), "150%")
 
 
@@ -546,7 +546,7 @@ def test_pcie_peak_table():
 
 
 def test_chart_bar():
-    from devctl.render.bench import bar
+    from devctl.render.bench_transfer import bar
 
     assert bar(1.0, 4) == "████" and bar(0.5, 4) == "██  " and bar(0.0, 4).strip() == "▏"
 

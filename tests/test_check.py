@@ -724,3 +724,35 @@ def test_a_variable_that_makes_import_jax_raise_is_the_one_cause_and_backends_fo
     assert lines[at + 1].split() == ["backends", "FAIL", "because", "env", "failed"], lines
     assert lines[at + 1].startswith("  backends") and lines[at + 2].startswith("    devices"), lines
     assert proc.stdout.count("set it to true or false") == 1, proc.stdout  # the fix, once
+
+
+@pytest.mark.parametrize("bench", ["memory", "matmul"])
+def test_a_wrong_result_fails_the_bench_derived_rows_as_wrong_not_as_unmeasured(bench):
+    """check --min-memory-bw / --min-tflops given a bench report whose device computed a wrong result: the row fails
+    and says the result was wrong there (the bench reports no figure for it)."""
+    from devctl.checks.performance import check_matmul, check_memory_bw
+    from devctl.checks.verdict import CheckStatus
+
+    plan = {"event": "plan", "devices": [{"id": i, "name": f"cpu:{i}", "platform": "cpu", "device_kind": "cpu"} for i in range(2)], "environment": {}}
+    timed = {"method": "burst", "samples": 5, "calls_per_sample": 10, "min_s": 1e-3, "p10_s": 1e-3, "median_s": 1e-3, "p90_s": 1e-3}
+    if bench == "memory":
+        from devctl.collect.bench_memory import assemble
+
+        ok = {"size_bytes": 1 << 20, "bytes_moved": 2 << 20, **timed, "gbps": 2.1, "peak_gbps": 2.1, "verified": True}
+        bad = {**ok, "gbps": None, "peak_gbps": None, "verified": False, "note": "the result was wrong"}
+        check, expect = check_memory_bw, {"min_memory_bw_gbps": 1.0}
+    else:
+        from devctl.collect.bench_matmul import assemble
+
+        ok = {"dtype": "bf16", "n": 512, "precision": "DEFAULT", "flops": 2 * 512**3, **timed, "tflops": 0.27, "peak_tflops": 0.27, "verified": True}
+        bad = {**ok, "tflops": None, "peak_tflops": None, "verified": False, "note": "the result was wrong"}
+        check, expect = check_matmul, {"min_tflops": 0.1}
+    events = [plan, {"event": "cell", "device": "cpu:0", **ok}, {"event": "cell", "device": "cpu:1", **bad}, {"event": "done", "elapsed_s": 1.0}]
+    report = assemble(events)
+    ctx = SimpleNamespace(expectations=SimpleNamespace(**{"min_memory_bw_gbps": None, "min_tflops": None, **expect}), bench=lambda kind: (report, None))
+    verdict = check(ctx)
+    assert verdict.status == CheckStatus.FAIL and "the result was wrong on cpu:1" in verdict.message, verdict
+    # The same report with both right passes.
+    events[2] = {"event": "cell", "device": "cpu:1", **ok}
+    report = assemble(events)
+    assert check(ctx).status == CheckStatus.PASS, check(ctx)

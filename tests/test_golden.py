@@ -111,7 +111,7 @@ def test_goldens_cover_every_table_view():
     shown = {build().schema for build in VIEWS.values()}
     missing = set(TABLES.values()) - {TABLES[schema] for schema in shown}
     assert not missing, f"table renderers without a golden: {sorted(missing)}"
-    assert shown >= {"devctl.list/1", "devctl.plugins/1", "devctl.env/1", "devctl.memstats/2", "devctl.bench.transfer/1",
+    assert shown >= {"devctl.list/1", "devctl.plugins/1", "devctl.env/1", "devctl.memstats/2", "devctl.bench.transfer/2",
                      "devctl.check/1", "devctl.doctor/1"}  # fmt: skip
 
 

@@ -246,7 +246,7 @@ def test_rates_in_bits_and_bytes(tmp_path):
 
 
 def test_max_regression_grammar():
-    from devctl.cli.baseline import parse_percent
+    from devctl.cli.gate import parse_percent
     from devctl.errors import UsageError
 
     assert [parse_percent(t) for t in ("10%", "2.5%", "10", "0", "0%", "0.1%", " 5 % ")] == [10, 2.5, 10, 0, 0, 0.1, 5]
@@ -316,8 +316,8 @@ def _peak_rss_bytes(*args: str) -> int:
 @pytest.mark.parametrize("args", [(), ("--replicated", "--direction", "d2d-self"), ("--direction", "h2d", "--no-verify")])
 def test_host_memory_estimate_is_what_the_probe_really_holds(args):
     # Peak RSS grows with the size by the estimate's factor (two sizes: the interpreter and jax cancel out).
-    from devctl.cli.bench import build_options
-    from devctl.model.bench import host_bytes_needed
+    from devctl.cli.bench_transfer import build_options
+    from devctl.model.bench_transfer import host_bytes_needed
 
     big, small = 128 << 20, 32 << 20  # below ~32M, fixed costs (pools, threads) blur the slope
     growth = _peak_rss_bytes("--sizes", str(big), *args) - _peak_rss_bytes("--sizes", str(small), *args)

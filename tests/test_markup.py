@@ -275,8 +275,8 @@ def test_memstats_watch_view(console):
 
 
 def test_bench_transfer_renderer(console):
-    from devctl.model.bench import Cell, PcieLink, Roofs, TransferReport, fastest_paths
-    from devctl.render.bench import transfer_text
+    from devctl.model.bench_transfer import Cell, PcieLink, Roofs, TransferReport, fastest_paths
+    from devctl.render.bench_transfer import transfer_text
 
     devices = ("cpu:0", BOLD, PATH)
     cells = [Cell("h2d", LINK, "single", size, "host", BOLD, samples=3, median_s=1e-3, p10_s=1e-3, p90_s=2e-3, gbps=size / 1e6, note=SPEC)

@@ -244,7 +244,7 @@ def test_every_document_type_is_read_back_somewhere():
 
 
 def test_from_dict_is_a_tolerant_reader():
-    from devctl.model.bench import Cell
+    from devctl.model.bench_transfer import Cell
 
     cell = from_dict(Cell, {"event": "cell", "direction": "h2d", "variant": "pinned", "layout": "single", "size_bytes": 8,
                             "src": "host", "dst": "cpu:0", "a_newer_field": 1})  # fmt: skip

@@ -13,8 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from devctl.model import bench as m
-from devctl.model.bench import Baseline, Cell, TransferOptions, compare_with_baseline, fastest_paths, host_bytes_needed
+from devctl.model import bench_transfer as m
+from devctl.model import gate
+from devctl.model.bench_transfer import Cell, TransferOptions, fastest_paths, host_bytes_needed
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
@@ -44,8 +45,20 @@ def slower(c: Cell, factor: float, noise: float = 0.05) -> Cell:
     return timed(c.size_bytes, c.median_s * factor, noise, direction=c.direction, variant=c.variant, src=c.src, dst=c.dst, layout=c.layout)
 
 
-def baseline(*cells: Cell, name: str = "b") -> Baseline:
-    return Baseline(name, {c.key: c for c in cells})
+def baseline(*cells: Cell, name: str = "b") -> gate.Baseline:
+    return gate.Baseline(name, {c.key: m.gate_figure(c) for c in cells})
+
+
+def compare_with_baseline(cells, base: gate.Baseline, pct: float, all_sizes: bool = False) -> gate.Gate:
+    return gate.judge([m.gate_figure(c) for c in cells], base, pct, "GB/s", m.gate_rule, all_sizes=all_sizes)
+
+
+def left_out(g: gate.Gate, why: str) -> int:
+    return g.left_out.get(why, 0)
+
+
+def fig(*cells: Cell) -> list[gate.Figure]:
+    return [m.gate_figure(c) for c in cells]
 
 
 # A path as CPU JAX measures it with --quick: 30 us of fixed cost, then 12.5 GB/s.
@@ -55,50 +68,50 @@ LARGE = timed(16 * MIB, 30e-6 + 16 * MIB / 12.5e9)
 
 def test_fixed_cost_is_where_the_line_through_the_smallest_and_largest_sizes_meets_zero_bytes():
     mid = timed(MIB, 5e-3)  # a middle size does not move the estimate
-    (cost,) = m.fixed_costs_s([SMALL, mid, LARGE]).values()
+    (cost,) = m.fixed_costs_s(fig(SMALL, mid, LARGE)).values()
     assert cost == pytest.approx(30e-6)
     # Small sizes faster per byte than the large one (a cache) would put the line below zero: no fixed cost.
-    assert list(m.fixed_costs_s([timed(4 * KIB, 1e-7), timed(16 * MIB, 1e-2)]).values()) == [0.0]
+    assert list(m.fixed_costs_s(fig(timed(4 * KIB, 1e-7), timed(16 * MIB, 1e-2))).values()) == [0.0]
     # One size cannot tell fixed cost from bytes.
-    assert list(m.fixed_costs_s([LARGE]).values()) == [None]
+    assert list(m.fixed_costs_s(fig(LARGE)).values()) == [None]
     # Each path has its own: another direction is another line.
     d2h = [timed(s, t, direction="d2h", variant="copy", src="cpu:0", dst="host") for s, t in ((4 * KIB, 5e-6), (16 * MIB, 1e-3))]
-    assert len(m.fixed_costs_s([SMALL, LARGE, *d2h])) == 2
+    assert len(m.fixed_costs_s(fig(SMALL, LARGE, *d2h))) == 2
 
 
 def test_noise_is_the_confidence_interval_of_the_median_from_its_samples_spread_and_count():
     # p10-p90 of 1.8-2.2 ms around 2 ms: sigma = 0.4 ms / 2.563; the median of 10 samples is within
     # 1.96 x 1.2533 x sigma / sqrt(10) of the truth 95% of the time: +/- 6.06%.
     c = cell(size=16 * MIB, samples=10, p10_s=1.8e-3, median_s=2e-3, p90_s=2.2e-3)
-    assert m.noise_pct(c) == pytest.approx(1.96 * 1.2533 * (0.4 / 2.563) / 10**0.5 / 2 * 100)
+    assert m.gate_figure(c).noise_pct == pytest.approx(1.96 * 1.2533 * (0.4 / 2.563) / 10**0.5 / 2 * 100)
     # Four times the samples halve it; the same spread is the same noise at any median.
     four = cell(size=16 * MIB, samples=40, p10_s=1.8e-3, median_s=2e-3, p90_s=2.2e-3)
-    assert m.noise_pct(four) == pytest.approx(m.noise_pct(c) / 2)
-    assert m.noise_pct(timed(median_s=3e-3, noise=0.1)) == pytest.approx(10.0)
-    assert m.noise_pct(cell()) is None  # no samples' figures
+    assert m.gate_figure(four).noise_pct == pytest.approx(m.gate_figure(c).noise_pct / 2)
+    assert m.gate_figure(timed(median_s=3e-3, noise=0.1)).noise_pct == pytest.approx(10.0)
+    assert m.gate_figure(cell()).noise_pct is None  # no samples' figures
 
 
 def test_only_bandwidth_bound_cells_are_gated_and_the_rest_are_counted():
     gate = compare_with_baseline([SMALL, LARGE], baseline(SMALL, LARGE), 10)
-    assert gate.passed and (gate.compared, gate.gated, gate.latency_bound, gate.one_size) == (2, 1, 1, 0)
+    assert gate.passed and (gate.compared, gate.gated, left_out(gate, "latency-bound"), left_out(gate, "one-size")) == (2, 1, 1, 0)
     # The 4K cell at ten times its time would fail if it were judged; it is not, unless asked.
     now = [slower(SMALL, 10), LARGE]
     assert compare_with_baseline(now, baseline(SMALL, LARGE), 10).passed
     every = compare_with_baseline(now, baseline(SMALL, LARGE), 10, all_sizes=True)
-    assert not every.passed and (every.gated, every.latency_bound, every.all_sizes) == (2, 0, True)
-    assert [r.size_bytes for r in every.regressions] == [4 * KIB]
+    assert not every.passed and (every.gated, left_out(every, "latency-bound"), every.all_sizes) == (2, 0, True)
+    assert [r.cell for r in every.regressions] == ["h2d pageable single 4K host->cpu:0"]
 
 
 def test_boundness_is_decided_by_the_baseline_not_by_this_run():
     """Every rerun judges the same cells, however its own small sizes came out."""
     now = [slower(SMALL, 100), slower(LARGE, 2)]
     gate = compare_with_baseline(now, baseline(SMALL, LARGE), 10)
-    assert (gate.gated, gate.latency_bound) == (1, 1) and [r.size_bytes for r in gate.regressions] == [16 * MIB]
+    assert (gate.gated, left_out(gate, "latency-bound")) == (1, 1) and [r.cell for r in gate.regressions] == ["h2d pageable single 16M host->cpu:0"]
 
 
 def test_a_path_measured_at_one_size_is_not_gated_unless_asked():
     gate = compare_with_baseline([LARGE], baseline(LARGE), 10)
-    assert (gate.compared, gate.gated, gate.one_size) == (1, 0, 1)
+    assert (gate.compared, gate.gated, left_out(gate, "one-size")) == (1, 0, 1)
     assert compare_with_baseline([LARGE], baseline(LARGE), 10, all_sizes=True).gated == 1
 
 
@@ -109,7 +122,7 @@ def test_a_drop_inside_the_noise_band_plus_the_allowance_passes():
     (r,) = gate.regressions
     assert r.change_pct == pytest.approx(-100 * 0.3 / 1.3)  # -23.1%
     assert r.noise_pct == pytest.approx(10.0) and r.beyond_noise_pct == pytest.approx(100 * 0.3 / 1.3 - 10)
-    assert r.baseline_gbps == LARGE.gbps and r.gbps == pytest.approx(LARGE.gbps / 1.3)
+    assert r.baseline == LARGE.gbps and r.value == pytest.approx(LARGE.gbps / 1.3)
 
 
 def test_a_noisy_baseline_widens_the_band_and_a_noisy_rerun_too():
@@ -121,22 +134,22 @@ def test_a_noisy_baseline_widens_the_band_and_a_noisy_rerun_too():
 
 def test_pooled_runs_take_the_median_of_their_figures_and_how_far_their_medians_lay_apart():
     fast, mid, slow = (baseline(SMALL, slower(LARGE, f), name=n) for f, n in ((1.0, "a"), (1.1, "b"), (1.3, "c")))
-    pool = m.pooled([fast, mid, slow])
+    pool = gate.pool([fast, mid, slow])
     assert (pool.name, pool.runs) == ("a, b, c", 3)
-    big = pool.cells[LARGE.key]
-    assert big.median_s == pytest.approx(LARGE.median_s * 1.1) and big.gbps == pytest.approx(LARGE.gbps / 1.1)
-    assert m.noise_pct(big) == pytest.approx(5.0) and big.samples == 10
+    big = pool.figures[LARGE.key]
+    assert big.median_s == pytest.approx(LARGE.median_s * 1.1) and big.value == pytest.approx(LARGE.gbps / 1.1)
+    assert big.noise_pct == pytest.approx(5.0) and big.samples == 10
     # Half the range of the runs' GB/s (1/1 to 1/1.3 of the fastest's), in percent of their median (1/1.1).
     assert pool.run_spread_pct[LARGE.key] == pytest.approx((1 - 1 / 1.3) / 2 * 1.1 * 100)  # 12.7%
     # A rerun where the slowest earlier run landed (-23% against the fastest) is no regression against the pool,
     # whose band holds how far its runs lay apart; against the fastest run alone it is one.
     rerun = [SMALL, slower(LARGE, 1.3)]
     assert not compare_with_baseline(rerun, fast, 10).passed
-    gate = compare_with_baseline(rerun, pool, 10)
-    assert gate.passed and gate.baseline_runs == 3
+    judged = compare_with_baseline(rerun, pool, 10)
+    assert judged.passed and judged.baseline_runs == 3
     # Pooling hides no real slowdown: 1.4x slower than the pool's median (-29%) is beyond 12.7% + 5% + 10%.
     assert not compare_with_baseline([SMALL, slower(LARGE, 1.1 * 1.4)], pool, 10).passed
-    assert m.pooled([fast]) is fast
+    assert gate.pool([fast]) is fast
 
 
 def test_the_allowance_is_inclusive_and_zero_fails_any_drop_past_the_band():
@@ -168,8 +181,8 @@ def test_a_gated_cell_that_measured_nothing_now_has_regressed_whatever_the_noise
     now = [cell(size=16 * MIB, gbps=None, zero_copy=True), cell(size=64 * MIB, gbps=None, skipped=True, note="out of memory")]
     gate = compare_with_baseline(now, baseline(SMALL, LARGE, large2), 50)
     assert not gate.passed and gate.gated == 2
-    assert [(r.size_bytes, r.gbps, r.change_pct, r.noise_pct) for r in gate.regressions] == [
-        (16 * MIB, None, None, None), (64 * MIB, None, None, None)
+    assert [(r.cell, r.value, r.change_pct, r.noise_pct) for r in gate.regressions] == [
+        ("h2d pageable single 16M host->cpu:0", None, None, None), ("h2d pageable single 64M host->cpu:0", None, None, None)
     ]  # fmt: skip
 
 
@@ -177,12 +190,15 @@ def test_gate_lists_regressions_in_the_order_of_the_run_and_its_band_range():
     sizes = [64 * MIB, 16 * MIB, 256 * MIB]
     base = baseline(SMALL, *(timed(s, s / 12.5e9) for s in sizes))
     gate = compare_with_baseline([timed(s, 2 * s / 12.5e9, noise=0.01 * i) for i, s in enumerate(sizes, 1)], base, 10)
-    assert [r.size_bytes for r in gate.regressions] == sizes
+    assert [r.cell.split()[3] for r in gate.regressions] == ["64M", "16M", "256M"]
     assert (gate.min_noise_pct, gate.max_noise_pct) == (pytest.approx(6.0), pytest.approx(8.0))
 
 
 def test_gate_lines_say_what_fell_how_far_past_its_noise_and_what_was_not_gated():
-    from devctl.render.bench import gate_lines
+    from devctl.render.gate import gate_lines as lines_of
+
+    def gate_lines(g: gate.Gate) -> list[str]:
+        return lines_of(g, m.GATE)
 
     base = baseline(SMALL, LARGE, timed(64 * MIB, 4 * LARGE.median_s), name="runs/a100.json")
     now = [SMALL, slower(LARGE, 1.3), cell(size=64 * MIB, gbps=None, zero_copy=True)]
@@ -305,7 +321,7 @@ def test_the_verdict_compares_where_the_paths_were_all_measured():
 
 
 def test_one_variant_is_not_called_fastest_and_the_roof_is_named_as_its_link():
-    from devctl.render.bench import verdict_line
+    from devctl.render.bench_transfer import verdict_line
 
     link = m.PcieLink("cuda:0", "0000:18:00.0", 5, 16, 5, 63.0)
     roofs = m.Roofs(pcie=(link,))
@@ -334,10 +350,11 @@ def test_h200_transfer_verdict_names_pinned_fastest_with_how_far_each_path_is_fr
     from pathlib import Path
 
     from devctl.model import from_dict, to_jsonable
-    from devctl.render.bench import summary_lines
+    from devctl.render.bench_transfer import summary_lines
 
     doc = json.loads((Path(__file__).parent / "fixtures" / "h200" / "bench-transfer-variants-all-64m-1g.json").read_text())
-    report = from_dict(m.TransferReport, doc)
+    # Recorded as version 1: version 2 only added each cell's timing method and overhead (defaults here).
+    report = from_dict(m.TransferReport, {**doc, "schema": m.SCHEMA})
     report = replace(report, fastest=fastest_paths(report.results))
     h2d, d2h = report.fastest
     assert (h2d.direction, h2d.variant, h2d.size_bytes, round(h2d.gbps or 0, 1)) == ("h2d", "pinned", GIB, 49.5)
@@ -428,7 +445,7 @@ def test_pinned_is_a_path_of_its_own_on_accelerators_only(platform, kinds, expec
     ],
 )
 def test_the_cli_default_asks_for_the_pinned_path_and_main_does_not(flag, expected_variants, expected_pinned):
-    from devctl.cli.bench import build_options
+    from devctl.cli.bench_transfer import build_options
 
     opts = build_options(None, flag, None, False, None, None, None, True, False, False, None, None, None, False)
     assert (opts.variants, opts.pinned_on_accelerators) == (expected_variants, expected_pinned)
@@ -445,7 +462,7 @@ def test_options_survive_the_trip_to_the_probe_child():
     assert TransferOptions.from_request(json.loads(json.dumps(opts.to_request()))) == opts
 
 
-# ---- the host-memory estimate (measured multiples, model/bench.py's docstring) -------------------------
+# ---- the host-memory estimate (measured multiples, model/bench_transfer.py's docstring) -------------------------
 
 
 def _need(size=MIB, in_host=True, n=4, pinned_path=False, **opts):
@@ -498,13 +515,13 @@ def test_host_estimate_is_linear_in_the_size():
 
 
 def test_stats_of_no_samples_are_unknown_not_zero():
-    from devctl.probe.transfer_measure import sample_stats
+    from devctl.model.timing import sample_stats
 
     assert sample_stats([]) == dict.fromkeys(("min_s", "p10_s", "median_s", "p90_s", "max_s", "mean_s", "cv"))
 
 
 def test_stats_are_order_free_and_interpolated():
-    from devctl.probe.transfer_measure import sample_stats
+    from devctl.model.timing import sample_stats
 
     st = sample_stats([5.0, 1.0, 4.0, 2.0, 3.0])
     assert (st["min_s"], st["median_s"], st["max_s"], st["mean_s"]) == (1.0, 3.0, 5.0, 3.0)
@@ -513,14 +530,14 @@ def test_stats_are_order_free_and_interpolated():
 
 
 def test_stats_of_one_sample_have_no_spread():
-    from devctl.probe.transfer_measure import sample_stats
+    from devctl.model.timing import sample_stats
 
     st = sample_stats([2e-3])
     assert st["median_s"] == st["p10_s"] == st["p90_s"] == 2e-3 and st["cv"] is None
 
 
 def test_median_of_an_even_count_is_the_midpoint():
-    from devctl.probe.transfer_measure import sample_stats
+    from devctl.model.timing import sample_stats
 
     assert sample_stats([1.0, 2.0, 3.0, 10.0])["median_s"] == 2.5
 
@@ -538,7 +555,7 @@ def test_moved_bytes_leave_out_what_aliases_the_source():
 
 
 def test_failure_notes_tell_out_of_memory_from_other_failures():
-    from devctl.probe.transfer import _failure_note
+    from devctl.probe.bench import failure_note as _failure_note
 
     oom = _failure_note(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes. More text"))
     assert oom == "skipped: out of memory (RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes)"
@@ -848,7 +865,7 @@ def plain_stdout(capsys):
 def test_one_device_d2d_is_one_note_not_a_skipped_row_per_size(plain_stdout):
     from golden_reports import bench_cpu1_quick
 
-    from devctl.render.bench import transfer_text
+    from devctl.render.bench_transfer import transfer_text
 
     report = bench_cpu1_quick()
     assert [c.dst for c in report.results if c.skipped] == ["none", "none"]  # kept in --json
@@ -862,7 +879,7 @@ def test_one_device_d2d_is_one_note_not_a_skipped_row_per_size(plain_stdout):
 def test_a_suspect_cell_shows_suspect_not_its_percentage(plain_stdout):
     from golden_reports import bench_cpu1_quick
 
-    from devctl.render.bench import transfer_text
+    from devctl.render.bench_transfer import transfer_text
 
     report = bench_cpu1_quick()
     (cell,) = [c for c in report.results if c.suspect]
@@ -884,7 +901,7 @@ def test_a_pair_matrix_wider_than_the_terminal_comes_in_even_blocks(monkeypatch)
     from test_golden import _Terminal
 
     from devctl.render import console
-    from devctl.render.bench import transfer_text
+    from devctl.render.bench_transfer import transfer_text
 
     pairs = [(a, b) for a in range(16) for b in range(16) if a != b]
     cells = [cell("d2d", "put", GIB, f"cuda:{a}", f"cuda:{b}", gbps=380.0 + a - b) for a, b in pairs]
@@ -910,3 +927,24 @@ def test_figures_read_as_people_write_them_never_in_exponent_notation():
 
     # An H100's HBM (3350 GB/s), an NVLink (450), PCIe (25.6), a CPU's small transfers (0.142).
     assert [figure(v) for v in (3350.4, 450.0, 25.63, 1.234, 0.1423, None)] == ["3350", "450", "25.6", "1.23", "0.142", "-"]
+
+
+def test_progress_counts_only_the_cells_that_run():
+    """A d2d cell of a one-device run is planned (the report says why it cannot run) but is not progress: the plan's
+    total leaves it out and the bar does not advance for it."""
+    from devctl.render.bench import Progress
+
+    updates: list[dict] = []
+
+    class Bar:
+        def update(self, task, **kw):
+            updates.append(kw)
+
+    progress = Progress(lambda event: event.get("direction", "?"))
+    progress._bar, progress._task = Bar(), 0
+    for event in ({"event": "plan", "cells": 2}, {"event": "cell", "direction": "h2d"},
+                  {"event": "cell", "direction": "d2d", "counted": False}, {"event": "cell", "direction": "d2h"}):  # fmt: skip
+        progress.on_event(event)
+    assert [(u.get("total"), u.get("advance"), u.get("description")) for u in updates] == [
+        (2, None, "measuring"), (None, 1, "h2d"), (None, 1, "d2h")
+    ]  # fmt: skip

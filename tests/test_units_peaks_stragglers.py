@@ -1,5 +1,5 @@
 """The straggler rule on hand-made figures, the published peaks table, and the per-device comparison built from
-them (devctl.model.stragglers, devctl.model.peaks, devctl.model.bench_chip): pure functions, no jax."""
+them (devctl.model.stragglers, devctl.model.peaks, devctl.model.bench): pure functions, no jax."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from devctl.model.bench_chip import compare, straggler_rule
+from devctl.model.bench import compare, straggler_rule
 from devctl.model.peaks import PEAKS, peak_for
 from devctl.model.stragglers import Straggler, find_stragglers
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from devctl.checks.verdict import Verdict, because, failed, join, passed, skipped
 from devctl.model import bench_collective as coll
-from devctl.model.bench_chip import Comparison
+from devctl.model.bench import Comparison
 from devctl.model.bench_matmul import MatmulOptions
 from devctl.model.bench_memory import GIB, MIB, MemoryOptions
 from devctl.units import digits, figure, format_size_short
@@ -52,7 +52,7 @@ def check_memory_bw(ctx: Context) -> Verdict:
         return _unmeasured(ctx, failed(f"could not measure memory bandwidth: {why}", "run devctl bench memory for details"))
     size = format_size_short(report.results[0].size_bytes) if report.results else "?"
     return _judge(
-        report.comparison, want, "--min-memory-bw", "memory", f"memory copy at {size}",
+        report.comparison, want, "--min-memory-bw", "memory", f"memory copy at {size}", _wrong(report),
         "a device below the rest or far below its HBM peak: check its clocks and throttle reasons "
         "(nvidia-smi -q -d PERFORMANCE,CLOCK; on TPU, the VM's health), then run devctl bench memory",
     )  # fmt: skip
@@ -68,7 +68,7 @@ def check_matmul(ctx: Context) -> Verdict:
     comparison = report.comparisons[0]
     side = report.results[0].n if report.results else "?"
     return _judge(
-        comparison, want, "--min-tflops", "matmul", f"{comparison.metric} matmul {side}x{side}",
+        comparison, want, "--min-tflops", "matmul", f"{comparison.metric} matmul {side}x{side}", _wrong(report),
         "check clocks, power and thermal throttling (nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE), then run devctl bench matmul",
     )  # fmt: skip
 
@@ -78,12 +78,23 @@ def _unmeasured(ctx: Context, verdict: Verdict) -> Verdict:
     return because("backends", verdict) if ctx.bench_platform()[0] is None else verdict
 
 
-def _judge(comp: Comparison, want: float, flag: str, bench: str, what: str, remedy: str) -> Verdict:
+def _wrong(report: Any) -> list[str]:
+    """The devices whose result was wrong (the bench reports no figure for them)."""
+    return list(dict.fromkeys(c.device for c in report.results if c.verified is False))
+
+
+def _judge(comp: Comparison, want: float, flag: str, bench: str, what: str, wrong: list[str], remedy: str) -> Verdict:
     """Every device's figure against the expected minimum: the slow ones named with their figure and its share of
-    the published peak."""
+    the published peak; a device whose result was wrong fails, named as such."""
     unit = comp.unit
     figures = {f.device: f.value for f in comp.figures}
     details = {"figures": figures, "unit": unit, "expected_min": want, "roof": comp.roof_name, "median": comp.median}
+    if wrong:
+        return failed(
+            f"{what}: the result was wrong on {join(wrong, 4, ', ')} (no figure reported)",
+            f"run devctl bench {bench} for details; a device that computes wrong results needs its health checked",
+            **details,
+        )
     unmeasured = [f.device for f in comp.figures if f.value is None]
     if unmeasured:
         return failed(f"{what}: nothing measured on {join(unmeasured, 4, ', ')}", f"run devctl bench {bench} for details", **details)

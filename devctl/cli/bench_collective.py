@@ -11,13 +11,13 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged, say_gate
+from devctl.cli.bench_options import WatchdogOpt, parse_sizes, sizes_option
 from devctl.cli.cluster import cluster_options
+from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish
 from devctl.cli.options import CsvOpt, JsonOpt, check_count, check_output_format, check_seconds, check_timeout, choose, shown, split_list
 from devctl.errors import UsageError
 from devctl.model import bench_collective as m
 from devctl.model.distributed import ClusterParams
-from devctl.units import format_size_short
 
 Option = typer.Option
 CollectiveOpt = Annotated[
@@ -29,13 +29,10 @@ CollectiveOpt = Annotated[
 ]  # fmt: skip
 SizesOpt = Annotated[
     Optional[str],
-    Option(
-        "--sizes",
-        metavar="LIST",
-        autocompletion=completion.sizes,
-        help="Per device, as nccl-tests counts them (all-gather: its output; reduce-scatter: its input), e.g. 1K,1M,64M. "
+    sizes_option(
+        "Per device, as nccl-tests counts them (all-gather: its output; reduce-scatter: its input), e.g. 1K,1M,64M. "
         "Default: 1K to 256M in powers of 4, each collective stopping where one cell would take over "
-        f"{m.SWEEP_CELL_CAP_S:g} s (the note says where).",
+        f"{m.SWEEP_CELL_CAP_S:g} s (the note says where)."
     ),
 ]
 QuickOpt = Annotated[bool, Option("--quick", help="Two sizes and a short budget: a smoke test in seconds.")]
@@ -58,10 +55,6 @@ BudgetOpt = Annotated[
     Optional[float],
     Option("--budget", metavar="SECONDS", help=f"Timed seconds per cell: small sizes take more samples within it (default {m.DEFAULT_BUDGET_S:g})."),
 ]
-WatchdogOpt = Annotated[
-    Optional[str],
-    Option("--timeout", metavar="SECONDS", help="Stop when no progress is seen for this long (default 30, at most 60)."),
-]
 
 _AXIS = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
 
@@ -77,7 +70,7 @@ def collective(
     repeats: RepeatsOpt = None,
     warmups: WarmupsOpt = None,
     budget: BudgetOpt = None,
-    baseline: BenchBaselineOpt = None,
+    baseline: BaselineOpt = None,
     max_regression: MaxRegressionOpt = None,
     timeout: WatchdogOpt = None,
     json_out: JsonOpt = False,
@@ -90,8 +83,7 @@ def collective(
     check_output_format(json_out, csv_out)
     timeout_s = check_timeout(timeout)
     opts = build_options(collective_names, sizes, quick, dtype, mesh, all_pairs, repeats, warmups, budget)
-    spec = bench_spec("bench collective")
-    request = check_bench_gate(baseline, max_regression, spec)
+    request = check_gate(baseline, max_regression, m.GATE)
     if cluster is not None:
         from dataclasses import replace
 
@@ -107,20 +99,19 @@ def collective(
         report = run_collective(opts, timeout_s, on_event=progress.on_event)
     if cluster is not None and not all_print and report.environment.get("process_index", 0) != 0:
         return  # process 0 prints the cluster's figures
+    from devctl.collect.gate import judged
     from devctl.render import emit
 
-    report = judged(report, request, spec, m.gated)
+    report = judged(report, request, m.GATE)
     emit(report, json_out, csv_out=csv_out)
-    if not say_gate(report, f"latency cells ({format_size_short(m.LATENCY_MAX_BYTES)} and below)"):
-        raise typer.Exit(1)
+    wrong = any(c.verified is False for c in report.results)
+    finish(report, m.GATE, failures=["collective verification failed: some results were wrong (see the notes)"] if wrong else [])
 
 
 # ---- validation (no jax here) ------------------------------------------------------------------
 
 
 def build_options(names, sizes, quick, dtype, mesh, all_pairs, repeats, warmups, budget) -> m.CollectiveOptions:  # fmt: skip
-    from devctl.cli.bench import parse_sizes  # here, not at the top: devctl.cli.bench imports this module
-
     return m.CollectiveOptions(
         collectives=parse_collectives(names),
         sizes_bytes=parse_sizes(sizes) if sizes is not None else None,

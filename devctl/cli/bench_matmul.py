@@ -8,18 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged
-from devctl.cli.bench_chip import (
-    DeviceOpt,
-    MinTimeOpt,
-    QuickOpt,
-    RepeatsOpt,
-    WarmupsOpt,
-    WatchdogOpt,
-    chip_settings,
-    finish,
-)
-from devctl.cli.options import CsvOpt, JsonOpt, check_output_format, check_timeout, parse_devices, shown, split_list
+from devctl.cli.bench_options import PerDeviceFlags, per_device_options, run_per_device, sizes_option
+from devctl.cli.options import shown, split_list
 from devctl.errors import UsageError
 from devctl.model import bench_matmul as m
 
@@ -35,50 +25,25 @@ DtypeOpt = Annotated[
 ]
 SizesOpt = Annotated[
     Optional[str],
-    typer.Option(
-        "--sizes",
-        metavar="LIST",
-        help=f"Matrix sides n (n x n @ n x n), e.g. 2048,8192 or 4K (K = 1024). Default: 2048, 4096, 8192 on "
+    sizes_option(
+        f"Matrix sides n (n x n @ n x n), e.g. 2048,8192 or 4K (K = 1024). Default: 2048, 4096, 8192 on "
         f"accelerators, 512, 1024 on CPU (--quick: one). {m.MIN_SIDE} to {m.MAX_SIDE}; a size the device cannot hold "
-        "is skipped with a note.",
+        "is skipped with a note.", complete=False
     ),
 ]
 
 
-def matmul(
-    dtype: DtypeOpt = None,
-    sizes: SizesOpt = None,
-    quick: QuickOpt = False,
-    repeats: RepeatsOpt = None,
-    min_time: MinTimeOpt = None,
-    warmups: WarmupsOpt = None,
-    device: DeviceOpt = None,
-    baseline: BenchBaselineOpt = None,
-    max_regression: MaxRegressionOpt = None,
-    timeout: WatchdogOpt = None,
-    json_out: JsonOpt = False,
-    csv_out: CsvOpt = False,
-) -> None:
+@per_device_options
+def matmul(dtype: DtypeOpt = None, sizes: SizesOpt = None, *, flags: PerDeviceFlags) -> None:
     """Each device's matmul TFLOP/s (bf16, f32), against its published dense peak and its peers."""
-    check_output_format(json_out, csv_out)
-    opts = m.MatmulOptions(
-        devices=parse_devices("--device", device),
-        dtypes=parse_dtypes(dtype),
-        sizes=parse_sides(sizes) if sizes is not None else None,
-        **chip_settings(quick, repeats, min_time, warmups),
-    )
-    spec = bench_spec("bench matmul")
-    request = check_bench_gate(baseline, max_regression, spec)
-    timeout_s = check_timeout(timeout)
     from devctl.collect.bench_matmul import run_matmul
-    from devctl.render import emit
-    from devctl.render.bench import Progress
     from devctl.render.bench_matmul import progress_label
 
-    with Progress(progress_label) as progress:
-        report = judged(run_matmul(opts, timeout_s, on_event=progress.on_event), request, spec)
-    emit(report, json_out, csv_out=csv_out)
-    finish(report, report.comparisons, "matmul", "some products were wrong (see the notes)")
+    def build(**common):
+        return m.MatmulOptions(dtypes=parse_dtypes(dtype), sizes=parse_sides(sizes) if sizes is not None else None, **common)
+
+    wrong = "some products were wrong (see the notes)"
+    run_per_device(flags, build, m.GATE, run_matmul, progress_label, lambda r: r.comparisons, "matmul", wrong)
 
 
 def parse_dtypes(items: list[str] | None) -> tuple[str, ...]:

@@ -5,69 +5,30 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-import typer
-
-from devctl.cli import completion
-from devctl.cli.baseline import BenchBaselineOpt, MaxRegressionOpt, bench_spec, check_bench_gate, judged
-from devctl.cli.bench_chip import (
-    DeviceOpt,
-    MinTimeOpt,
-    QuickOpt,
-    RepeatsOpt,
-    WarmupsOpt,
-    WatchdogOpt,
-    chip_settings,
-    finish,
-)
-from devctl.cli.options import CsvOpt, JsonOpt, check_output_format, check_timeout, parse_devices, split_list
-from devctl.errors import UsageError
+from devctl.cli.bench_options import PerDeviceFlags, parse_sizes, per_device_options, run_per_device, sizes_option
 from devctl.model import bench_memory as m
 
 SizesOpt = Annotated[
     Optional[str],
-    typer.Option(
-        "--sizes",
-        metavar="LIST",
-        autocompletion=completion.sizes,
-        help="Array sizes per device, e.g. 256M,1G (K, M, G are binary; KB, MB, GB decimal); each is read and written "
+    sizes_option(
+        "Array sizes per device, e.g. 256M,1G (K, M, G are binary; KB, MB, GB decimal); each is read and written "
         "once per call. Default: 256M, 1G, 4G on accelerators, 64M, 256M, 1G on CPU (--quick: 256M). Sizes must leave "
-        "the caches to measure memory; one the device cannot hold is skipped with a note.",
+        "the caches to measure memory; one the device cannot hold is skipped with a note."
     ),
 ]
 
 
-def memory(
-    sizes: SizesOpt = None,
-    quick: QuickOpt = False,
-    repeats: RepeatsOpt = None,
-    min_time: MinTimeOpt = None,
-    warmups: WarmupsOpt = None,
-    device: DeviceOpt = None,
-    baseline: BenchBaselineOpt = None,
-    max_regression: MaxRegressionOpt = None,
-    timeout: WatchdogOpt = None,
-    json_out: JsonOpt = False,
-    csv_out: CsvOpt = False,
-) -> None:
+@per_device_options
+def memory(sizes: SizesOpt = None, *, flags: PerDeviceFlags) -> None:
     """Each device's memory bandwidth (a jitted copy, read + write), against its published peak and its peers."""
-    check_output_format(json_out, csv_out)
-    opts = m.MemoryOptions(
-        devices=parse_devices("--device", device),
-        sizes_bytes=parse_byte_sizes(sizes) if sizes is not None else None,
-        **chip_settings(quick, repeats, min_time, warmups),
-    )
-    spec = bench_spec("bench memory")
-    request = check_bench_gate(baseline, max_regression, spec)
-    timeout_s = check_timeout(timeout)
     from devctl.collect.bench_memory import run_memory
-    from devctl.render import emit
-    from devctl.render.bench import Progress
     from devctl.render.bench_memory import progress_label
 
-    with Progress(progress_label) as progress:
-        report = judged(run_memory(opts, timeout_s, on_event=progress.on_event), request, spec)
-    emit(report, json_out, csv_out=csv_out)
-    finish(report, [report.comparison], "memory", "some copies did not produce x + 1 (see the notes)")
+    def build(**common):
+        return m.MemoryOptions(sizes_bytes=parse_byte_sizes(sizes) if sizes is not None else None, **common)
+
+    wrong = "some copies did not produce x + 1 (see the notes)"
+    run_per_device(flags, build, m.GATE, run_memory, progress_label, lambda r: [r.comparison], "memory", wrong)
 
 
 # A size no device of today holds: refused as a typo (16T) rather than planned and skipped.
@@ -75,17 +36,4 @@ MAX_SIZE = 1 << 40
 
 
 def parse_byte_sizes(text: str) -> tuple[int, ...]:
-    from devctl.units import parse_size
-
-    out = set()
-    for p in split_list("--sizes", [text], "sizes such as 256M,1G"):
-        try:
-            n = parse_size(p)
-        except ValueError as e:
-            raise UsageError(f"--sizes: {e}") from None
-        if n < m.ELEMENT_BYTES:
-            raise UsageError(f"--sizes: a size must be at least {m.ELEMENT_BYTES} bytes (one uint32), got {p!r}")
-        if n > MAX_SIZE:
-            raise UsageError(f"--sizes: {p!r} is more than 1T per device; give sizes such as 256M,1G")
-        out.add(n)
-    return tuple(sorted(out))
+    return parse_sizes(text, "256M,1G", m.ELEMENT_BYTES, "bytes (one uint32)", MAX_SIZE)

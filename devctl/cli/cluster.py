@@ -7,12 +7,11 @@ command is called with `cluster` (ClusterParams, or None without --distributed) 
 
 from __future__ import annotations
 
-import functools
-import inspect
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
+from devctl.cli.options import option_group
 from devctl.errors import UsageError
 from devctl.model.distributed import ClusterParams
 
@@ -57,23 +56,6 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
         False,
     ),
 }
-
-
-def cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """`command(..., cluster, all_print)` as a typer command with the five cluster options in their place."""
-    own = inspect.signature(command, eval_str=True)
-    kept = [p for name, p in own.parameters.items() if name not in ("cluster", "all_print")]
-    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind) for name, (kind, default) in OPTIONS.items()]
-
-    @functools.wraps(command)
-    def with_cluster(**values: Any) -> Any:
-        flags = {name: values.pop(name) for name in OPTIONS}
-        return command(**values, cluster=cluster_from_flags(**flags), all_print=flags["all_print"])
-
-    # typer reads the options from the signature and the annotations: these, not the command's own.
-    with_cluster.__signature__ = own.replace(parameters=kept + added)  # type: ignore[attr-defined]  # inspect.signature reads it; typeshed's FunctionType declares no __signature__
-    with_cluster.__annotations__ = {p.name: p.annotation for p in kept + added}
-    return with_cluster
 
 
 def cluster_from_flags(
@@ -131,3 +113,9 @@ def _whole(text: str | None, flag: str, minimum: int) -> int | None:
 def _digits(text: str, most: int) -> bool:
     """ASCII digits, and few: str.isdigit() accepts '²', which int() refuses, and int() of 5000 digits raises."""
     return text.isascii() and text.isdigit() and len(text) <= most
+
+
+# `@cluster_options`: the five options after the command's own; the command gets `cluster` and `all_print`.
+cluster_options = option_group(
+    OPTIONS, ("cluster", "all_print"), lambda **flags: {"cluster": cluster_from_flags(**flags), "all_print": flags["all_print"]}
+)

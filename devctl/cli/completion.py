@@ -82,21 +82,21 @@ def names(values: Callable[[], Iterable[str | tuple[str, str]]], *, comma_list: 
 
 
 def _directions() -> list[tuple[str, str]]:
-    from devctl.model import bench as m
+    from devctl.model import bench_transfer as m
 
     said = {"h2d": "host to device", "d2h": "device to host", "d2d": "device to another device", "d2d-self": "within one device"}
     return [(d, said.get(d, "")) for d in m.DIRECTIONS] + [("all", "every direction")]
 
 
 def _variants() -> list[tuple[str, str]]:
-    from devctl.model import bench as m
+    from devctl.model import bench_transfer as m
 
     out = [("main", "each direction's plain call"), ("all", "every variant")]
     return out + [(v, ", ".join(d for d in m.DIRECTIONS if v in m.VARIANTS[d])) for v in m.ALL_VARIANTS]
 
 
 def _layouts() -> tuple[str, ...]:
-    from devctl.model import bench as m
+    from devctl.model import bench_transfer as m
 
     return m.LAYOUTS
 

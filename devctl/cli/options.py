@@ -5,13 +5,14 @@ The cluster options (--distributed ...) have their own module, devctl/cli/cluste
 
 from __future__ import annotations
 
-from typing import Annotated, Optional, overload
+from typing import Annotated, Any, Callable, Optional, overload
 
 import typer
 
 from devctl.cli import completion
 from devctl.errors import UsageError
 from devctl.model.devices import PHYSICAL_VIEWS, DeviceRef
+from devctl.text import quoted, shown  # noqa: F401  (flags and files are quoted as every error line quotes them)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 CsvOpt = Annotated[bool, typer.Option("--csv", help="Print the table as CSV on stdout (raw numbers, a header line).")]
@@ -158,21 +159,6 @@ def _device_example(physical_views: bool) -> str:
 # ---- values and files given on the command line ------------------------------------------------------------
 
 
-def shown(value: str, limit: int = 120) -> str:
-    """A value as an error line quotes it: repr, and cut short, so a 100,000-character argument stays one readable line."""
-    if len(value) <= limit:
-        return repr(value)
-    return f"{value[:limit]!r}... ({len(value)} characters)"
-
-
-def quoted(value: object) -> str:
-    """Any value from a file or flag as an error line quotes it: strings as shown() does, others as Python writes them."""
-    if isinstance(value, str):
-        return shown(value)
-    text = repr(value)
-    return text if len(text) <= 120 else f"{text[:120]}... ({len(text)} characters)"
-
-
 @overload
 def split_list(flag: str, items: list[str], example: str) -> list[str]: ...
 @overload
@@ -280,3 +266,27 @@ def choose(flag: str, items: list[str] | None, choices: tuple[str, ...], default
     if allow_all and "all" in names:
         return choices
     return tuple(c for c in choices if c in names)
+
+
+def option_group(options: dict[str, tuple[Any, Any]], replaces: tuple[str, ...], build: Callable[..., dict[str, Any]]) -> Callable:
+    """A decorator: `command(..., <replaces>)` as a typer command with `options` (name -> (annotation, default))
+    after its own; the command is called with what `build(**those options' values)` returns in their place."""
+    import functools
+    import inspect
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        own = inspect.signature(command, eval_str=True)
+        kept = [p for name, p in own.parameters.items() if name not in replaces]
+        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind) for name, (kind, default) in options.items()]
+
+        @functools.wraps(command)
+        def wrapper(**values: Any) -> Any:
+            flags = {name: values.pop(name) for name in options}
+            return command(**values, **build(**flags))
+
+        # typer reads the options from the signature and the annotations: these, not the command's own.
+        wrapper.__signature__ = own.replace(parameters=kept + added)  # type: ignore[attr-defined]  # inspect.signature reads it; typeshed's FunctionType declares no __signature__
+        wrapper.__annotations__ = {p.name: p.annotation for p in kept + added}
+        return wrapper
+
+    return decorate

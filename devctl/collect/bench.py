@@ -1,135 +1,95 @@
-"""`devctl bench transfer`: run the measuring child (devctl.probe.transfer), assemble its events, compare with a baseline."""
+"""What the per-device benchmark collectors (`bench memory`, `bench matmul`) share: running their probe child,
+turning its failures into one-line errors, and the run's environment as the report carries it."""
 
 from __future__ import annotations
 
-from typing import Callable, cast
+from typing import Any, Callable, Iterable, cast
 
 from devctl.errors import DevctlError, InputRejected
-from devctl.model import bench as m
+from devctl.model.bench import BenchDevice, ChipEnvironment, Comparison, best_by_device, compare, fastest_by_device
+from devctl.model.peaks import no_peak_reason, peak_for
 
-PROBE_MODULE = "devctl.probe.transfer"
 
-
-def run_transfer(
-    opts: m.TransferOptions,
-    timeout_s: float,
-    *,
-    gate: m.GateRequest | None = None,
-    on_event: Callable[[dict], None] | None = None,
-) -> m.TransferReport:
-    """Run the probe child and assemble its events into a report, judged against `gate` (a baseline, the
-    drop allowed beyond its noise, which cells) when given. `on_event` sees every event as it comes (progress). --sizes is
-    checked against this machine when the plan arrives: the first moment the devices are known, before the
-    child allocates anything."""
+def run_probe(module: str, request: dict, timeout_s: float, command: str, on_event: Callable[[dict], None] | None):
+    """The child's events and its ChildResult; a device this machine lacks is bad input (exit 2), any other failure
+    a DevctlError naming the command."""
     from devctl.probe.runner import run_child
 
-    def each(event: dict) -> None:
-        if on_event is not None:
-            on_event(event)
-        if event.get("event") == "plan":
-            check_sizes_fit(opts, event)  # what it raises ends the child and reaches the caller
-
-    result = run_child(PROBE_MODULE, opts.to_request(), timeout_s=timeout_s, on_event=each)
+    result = run_child(module, request, timeout_s=timeout_s, on_event=on_event)
     error = result.last("error")
     if error is not None:
-        if error.get("kind") == "usage":  # a device this machine does not have
+        if error.get("kind") == "usage":
             raise InputRejected(error.get("message", "bad input"))
-        raise DevctlError(f"bench transfer: {error.get('message', 'the probe failed')}")
-    done = result.last("done")
-    plan = result.last("plan")
-    if done is None or plan is None:
-        raise DevctlError(f"bench transfer: the benchmark process {result.failure_text()}")
-    report = assemble(result.events, elapsed_s=result.elapsed_s)
-    return report if gate is None else with_gate(report, gate)
+        raise DevctlError(f"{command}: {error.get('message', 'the probe failed')}")
+    if result.last("done") is None or result.last("plan") is None:
+        raise DevctlError(f"{command}: the benchmark process {result.failure_text()}")
+    return result
 
 
-def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.TransferReport:
+def devices_of(events: list[dict]) -> tuple[BenchDevice, ...]:
     from devctl.model import from_dict
+
+    plan = next(e for e in events if e.get("event") == "plan")
+    return tuple(from_dict(BenchDevice, d) for d in plan["devices"])
+
+
+def environment_of(events: list[dict], elapsed_s: float | None) -> ChipEnvironment:
     from devctl.version import __version__
 
     plan = next(e for e in events if e.get("event") == "plan")
     done = next(e for e in reversed(events) if e.get("event") == "done")
-    cells = tuple(from_dict(m.Cell, e) for e in events if e.get("event") == "cell")
-    memcpy = tuple(from_dict(m.MemcpyRoof, e) for e in events if e.get("event") == "roof")
-    pcie = tuple(from_dict(m.PcieLink, link) for link in done.get("pcie", []))
-    devices = tuple(from_dict(m.BenchDevice, d) for d in plan["devices"])
-    # The child's plan carries every other key of a BenchEnvironment (devctl.probe.transfer.Bench._environment).
-    environment = cast(m.BenchEnvironment, {**plan.get("environment", {}), "devctl": __version__, "child_elapsed_s": done.get("elapsed_s")})
+    # The child's plan carries every other key of a ChipEnvironment (devctl.probe.bench.environment).
+    env = cast(ChipEnvironment, {**plan.get("environment", {}), "devctl": __version__, "child_elapsed_s": done.get("elapsed_s")})
     if elapsed_s is not None:
-        environment["elapsed_s"] = round(elapsed_s, 3)
-    return m.TransferReport(
-        results=cells,
-        roofs=m.Roofs(host_memcpy=memcpy, pcie=pcie, pcie_reason=done.get("pcie_reason")),
-        fastest=m.fastest_paths(cells),
-        devices=devices,
-        environment=environment,
-    )
+        env["elapsed_s"] = round(elapsed_s, 3)
+    return env
 
 
-def check_sizes_fit(opts: m.TransferOptions, plan: dict) -> None:
-    """A size this machine can never hold is bad input (exit 2), not a run of skipped cells that exits 0.
-
-    Host: the probe's measured peak for this run (model.bench.host_bytes_needed) against the machine's
-    memory. A device that reports its bytes_limit must hold one copy of its share of the size.
-    """
-    from devctl.units import format_bytes, format_size_short
-
-    if opts.sizes_bytes is None:
-        return  # the default sweep: the probe itself leaves out what does not fit, and says so
-    devices = [d for d in plan.get("devices") or [] if isinstance(d, dict)]
-    in_host = any(d.get("platform") == "cpu" for d in devices)
-    # As the child plans it: the default measures pinned where a device has a pinned path of its own (a
-    # superset of the targets, so the estimate errs high, never low).
-    pinned = any(m.pinned_is_a_path(str(d.get("platform")), d.get("memory_kinds") or ()) for d in devices)
-    from devctl.discovery.host import host_memory_limit
-
-    limit, what = host_memory_limit()
-    for size in opts.sizes_bytes:
-        need = m.host_bytes_needed(
-            opts, size, devices_in_host_memory=in_host, device_count=max(len(devices), 1), pinned_path=pinned
-        )
-        if limit is not None and need > limit:
-            copies = need // size
-            largest = _largest_fitting(limit // copies)
-            raise InputRejected(
-                f"--sizes {format_size_short(size)} needs about {format_bytes(need)} of host memory for this run "
-                f"({copies}x the size at its peak), more than {what} ({format_bytes(limit)}); "
-                f"give sizes up to {largest}"
-            )
-        for d in devices:
-            share = size // len(devices) if opts.layouts == ("sharded",) else size
-            cap = d.get("bytes_limit")
-            if isinstance(cap, int) and cap > 0 and share > cap:
-                raise InputRejected(
-                    f"--sizes {format_size_short(size)} does not fit in {d.get('name')}: its bytes_limit is {format_bytes(cap)}"
-                )
+def roof_words(devices: tuple[BenchDevice, ...], pick: Callable) -> tuple[dict[str, float | None], str | None, str | None, str | None]:
+    """Per device its roof (pick(peak) of its device kind), and the roof's name, source and, where none, why."""
+    roofs: dict[str, float | None] = {}
+    names, sources, reasons = [], [], []
+    for d in devices:
+        peak = peak_for(d.device_kind)
+        value = pick(peak) if peak is not None else None
+        roofs[d.name] = value
+        if value is not None and peak is not None:
+            names.append(peak.name)
+            sources.append(peak.source)
+        elif peak is not None:
+            reasons.append(f"{peak.name} ({peak.source}) publishes no such figure")
+        else:
+            reasons.append(no_peak_reason(d.device_kind, d.platform))
+    first = lambda items: ", ".join(dict.fromkeys(items)) or None  # noqa: E731
+    return roofs, first(names), first(sources), first(reasons)
 
 
-def _largest_fitting(n: int) -> str:
-    from devctl.units import format_size_short
+def cells_of(events: list[dict], cell_type: type, devices: tuple[BenchDevice, ...], order: Callable[[Any], Any]) -> tuple:
+    """The child's cells, by device (the order it lists them), then by `order`: the child measures group by group,
+    every device taking turns; a reader compares one device's rows."""
+    from devctl.model import from_dict
 
-    power = 1 << max(n.bit_length() - 1, 0)  # the largest power of two that fits: the sizes people pass
-    return format_size_short(power)
+    index = {d.name: i for i, d in enumerate(devices)}
+    cells: list[Any] = [from_dict(cell_type, e) for e in events if e.get("event") == "cell"]
+    return tuple(sorted(cells, key=lambda c: (index.get(c.device, len(index)), order(c))))
 
 
-def with_gate(report: m.TransferReport, request: m.GateRequest) -> m.TransferReport:
-    """The report judged against the baseline; a baseline that shares no cell with this run, or none the gate
-    may judge, judges nothing: bad input, not a pass."""
-    from dataclasses import replace
-
-    from devctl.text import printable
-
-    name = printable(repr(request.baseline.name), 120)
-    gate = m.compare_with_baseline(report.results, request.baseline, request.max_regression_pct, all_sizes=request.all_sizes)
-    if gate.compared == 0:
-        raise InputRejected(
-            f"--baseline {name} has no cell matching this run (direction, variant, layout, size, src, dst); "
-            "create it with the same options"
-        )
-    if gate.gated == 0:
-        raise InputRejected(
-            f"--baseline {name}: none of the {gate.compared} matching cells is bandwidth-bound (each path needs a size "
-            f"whose fixed per-transfer cost is at most {m.FIXED_COST_SHARE:.0%} of its time, and a smaller size to show that cost); "
-            "measure larger sizes, or give --gate-all-sizes"
-        )
-    return replace(report, gate=gate)
+def compare_cells(
+    metric: str, unit: str, cells: Iterable[Any], devices: tuple[BenchDevice, ...], fields: tuple[str, str],
+    size_of: Callable[[Any], int], roof_of: Callable[[Any], float | None], roof_what: str,
+) -> Comparison:  # fmt: skip
+    """Every device's best figure (`fields`: the figure and its fastest sample's) against its roof (`roof_of` a
+    device kind's peak) and its peers."""
+    value, fastest = fields
+    measured = list(cells)
+    roofs, name, source, reason = roof_words(devices, roof_of)
+    return compare(
+        metric, unit,
+        best_by_device(measured, lambda c: getattr(c, value), size_of),
+        {d.name: d.device_kind for d in devices},
+        roofs,
+        fastest=fastest_by_device(measured, lambda c: getattr(c, fastest)),
+        roof_name=f"{name} {roof_what}" if name else None,
+        roof_source=source,
+        roof_reason=reason,
+    )  # fmt: skip

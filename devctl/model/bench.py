@@ -1,251 +1,29 @@
-"""`devctl bench transfer`: what was asked, what was measured, and how it compares.
+"""What the benches share: the devices measured; and for `bench memory` and `bench matmul` (per-device benches) their
+options, the run's environment, and the comparison of every device's headline figure with its published roof
+and with its peers (the straggler rule).
 
-Pure stdlib on purpose: the CLI (which must not import jax or numpy) and the
-probe child both build and read these records.
+Pure stdlib: the CLI, the collectors and the probe children all read these records.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Iterable, Literal, TypedDict, cast, get_args
+from typing import Annotated, Any, TypedDict, TypeVar
 
-from devctl.model import from_dict, json_schema
+from devctl.model import from_dict, json_schema, to_jsonable
 from devctl.model.devices import DeviceRef
-from devctl.units import figure
-
-SCHEMA = "devctl.bench.transfer/1"
-
-# The words a cell is named by. Fields hold them as str (the CLI, the probe child and the renderers pass them
-# around as text); the JSON Schema still allows only these (json_schema(enum=...)).
-Direction = Literal["h2d", "d2h", "d2d", "d2d-self"]
-Layout = Literal["single", "sharded", "replicated"]
-Variant = Literal["pageable", "aligned", "pinned", "numpy", "copy", "async", "put", "donate"]
-RoofKind = Literal["pcie", "host_memcpy"]
-DIRECTIONS: tuple[str, ...] = get_args(Direction)
-LAYOUTS: tuple[str, ...] = get_args(Layout)
-_VARIANT_NAMES: tuple[str, ...] = get_args(Variant)
-_ROOFS: tuple[str | None, ...] = (*get_args(RoofKind), None)
-# What names a cell across runs (Cell.key): direction, variant, layout, size_bytes, src, dst.
-CellKey = tuple[str, str, str, int, str, str]
-
-# Per direction, the variants JAX offers; the first is what a plain JAX call does.
-VARIANTS: dict[str, tuple[str, ...]] = {
-    "h2d": ("pageable", "aligned", "pinned"),
-    # The first variant is the default: a real, writable host copy (np.asarray may return a view on CPU).
-    "d2h": ("copy", "numpy", "pinned", "async"),
-    "d2d": ("put", "donate"),
-    "d2d-self": ("put", "donate"),
-}
-VARIANT_HELP = {
-    ("h2d", "pageable"): "jax.device_put(numpy array as numpy allocates it)",
-    ("h2d", "aligned"): "jax.device_put(page-aligned numpy array), which JAX may alias instead of copying",
-    ("h2d", "pinned"): "jax.device_put(array in pinned_host memory) to device memory",
-    ("d2h", "numpy"): "np.asarray(fresh device array)",
-    ("d2h", "copy"): "a real host copy of a fresh device array: np.array(x, copy=True) on CPU (where np.asarray is a view), np.asarray(x) elsewhere",
-    ("d2h", "pinned"): "jax.device_put(fresh device array, pinned_host sharding), then np.asarray",
-    ("d2h", "async"): "x.copy_to_host_async(), then np.asarray(x)",
-    ("d2d", "put"): "jax.device_put(x, other device)",
-    ("d2d", "donate"): "jax.device_put(fresh x, other device, donate=True)",
-    ("d2d-self", "put"): "jax.device_put(x, same device, may_alias=False)",
-    ("d2d-self", "donate"): "jax.device_put(fresh x, same device, may_alias=False, donate=True)",
-}
-ALL_VARIANTS = tuple(dict.fromkeys(v for names in VARIANTS.values() for v in names))
-# What the default run adds to each direction's plain call on an accelerator: JAX's plain h2d and d2h go through
-# pageable host memory, often a fraction of what the link carries (an H200: 6.9 and 1.4 GB/s pageable, 49.5 and
-# 53.0 through pinned_host memory, on a 63 GB/s PCIe Gen5 x16 link). Measuring only them reads as a broken link.
-PINNED_DEFAULT_DIRECTIONS = ("h2d", "d2h")
-# A path this many times faster than the plain call is worth changing a program for: the verdict says how.
-ADVICE_SPEEDUP = 1.5
-# A plain call below this share of its PCIe roof, with no pinned path measured beside it, is not the link's speed.
-LOW_SHARE_OF_LINK_PCT = 50.0
+from devctl.model.stragglers import DEFAULT_FLOOR_PCT, DEFAULT_MAD_K, Straggler, find_stragglers
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
-# Powers of four keep the default sweep to nine sizes: latency at the small end, bandwidth at the large.
-DEFAULT_SIZES = tuple(4 * KIB * 4**i for i in range(9))  # 4K .. 256M
-LARGE_SIZE = GIB  # added to the default sweep only where the device has room for it
-# 64M, not 16M: on a CPU backend 16M transfers land in one of two page-fault modes from run to run (a 2x
-# difference no gate can tell from a slower path); 64M ones stay within a few percent (benchmarks/README.md).
-QUICK_SIZES = (4 * KIB, 64 * MIB)
 
-DEFAULT_REPEATS = 3  # nvbandwidth takes the median of 3 samples; small sizes get many more from --min-time
-DEFAULT_MIN_TIME_S = 0.03
+DEFAULT_REPEATS = 5
+DEFAULT_MIN_TIME_S = 0.2
 DEFAULT_WARMUPS = 2
-# Ten samples even in a smoke test: the regression gate judges a cell against its p10-p90 spread, which three
-# samples cannot show (a --quick baseline of 3 flapped on 16M cells whose 3 samples happened to agree).
-QUICK_REPEATS = 10
-QUICK_MIN_TIME_S = 0.01
+QUICK_REPEATS = 5  # the straggler rule compares fastest calls: a few more give each device a quiet moment
+QUICK_MIN_TIME_S = 0.02
 QUICK_WARMUPS = 1
-
-
-def main_variant(direction: str) -> str:
-    return VARIANTS[direction][0]
-
-
-def pinned_is_a_path(platform: str, memory_kinds: Iterable[str]) -> bool:
-    """Whether pinned_host memory is a host<->device path of its own on a device: on an accelerator that offers it
-    (a GPU, a TPU), not on a CPU device, whose memory is host memory whatever its kind (recent jaxlibs give CPU
-    devices a pinned_host kind too: a copy from it is the same memcpy as from a numpy array)."""
-    return platform != "cpu" and "pinned_host" in tuple(memory_kinds)
-
-
-@dataclass(frozen=True)
-class TransferOptions:
-    """A validated request; the CLI builds it, the probe child reads it back from JSON."""
-
-    directions: tuple[str, ...] = DIRECTIONS
-    # None: each direction's main variant, and pinned for h2d and d2h too with pinned_on_accelerators
-    variants: tuple[str, ...] | None = None
-    layouts: tuple[str, ...] = ("single",)
-    sizes_bytes: tuple[int, ...] | None = None  # None: the default sweep, decided where devices are known
-    devices: tuple[DeviceRef, ...] | None = None  # None: the first local device; () : every local device
-    src: DeviceRef | None = None
-    dst: DeviceRef | None = None
-    all_pairs: bool = False  # d2d: every ordered pair at every size
-    repeats: int = DEFAULT_REPEATS
-    min_time_s: float = DEFAULT_MIN_TIME_S
-    warmups: int = DEFAULT_WARMUPS
-    verify: bool = True
-    quick: bool = False
-    # With variants None: h2d and d2h also measure pinned where the devices measured have a pinned path
-    # (pinned_is_a_path). The CLI's default; off here, for callers that want the plain call alone (devctl
-    # check's h2d figure).
-    pinned_on_accelerators: bool = False
-
-    def variants_for(self, direction: str, layout: str, *, pinned_path: bool = False) -> tuple[str, ...]:
-        """The variants measured for a direction and layout; `pinned_path`: the devices measured have a pinned
-        path of their own (pinned_is_a_path), which the default adds to h2d and d2h."""
-        # Mesh layouts measure what a plain call does; variants are single-device questions.
-        if layout != "single":
-            return (main_variant(direction),)
-        if self.variants is None:
-            pinned = self.pinned_on_accelerators and pinned_path and direction in PINNED_DEFAULT_DIRECTIONS
-            return (main_variant(direction), *(("pinned",) if pinned else ()))
-        # A direction that offers none of the named variants still gets its plain call measured.
-        return tuple(v for v in VARIANTS[direction] if v in self.variants) or (main_variant(direction),)
-
-    def to_request(self) -> dict[str, Any]:
-        from devctl.model import to_jsonable
-
-        request: dict[str, Any] = to_jsonable(self)  # a DeviceRef travels as {"id": 1, "platform": "cpu"}
-        return request
-
-    @classmethod
-    def from_request(cls, data: dict[str, Any]) -> TransferOptions:
-        return from_dict(cls, data)
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One measured (or skipped) transfer: a direction, variant, layout, size and path."""
-
-    # Two facts the types cannot say: a zero-copy or skipped cell has no bandwidth, and a skipped one no samples.
-    JSON_SCHEMA: ClassVar[dict[str, Any]] = {
-        "allOf": [
-            {"if": {"properties": {"zero_copy": {"const": True}}}, "then": {"properties": {"gbps": {"const": None}}}},
-            {"if": {"properties": {"skipped": {"const": True}}}, "then": {"properties": {"gbps": {"const": None}, "samples": {"const": 0}}}},
-        ]
-    }
-
-    direction: str = field(metadata=json_schema(enum=DIRECTIONS))
-    variant: str = field(metadata=json_schema(enum=_VARIANT_NAMES))
-    layout: str = field(metadata=json_schema(enum=LAYOUTS))
-    size_bytes: int = field(metadata=json_schema(minimum=1))
-    src: str  # "host", a device ("cuda:1"), or every device of a mesh layout ("cuda:all")
-    dst: str
-    devices_involved: int = field(default=1, metadata=json_schema(minimum=1))
-    bytes_moved: int | None = field(default=None, metadata=json_schema(minimum=0))  # bytes that really crossed, e.g. N x size for a replicated put
-    samples: int = field(default=0, metadata=json_schema(minimum=0))
-    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    p10_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    median_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    p90_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    max_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    mean_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    cv: float | None = field(default=None, metadata=json_schema(minimum=0))  # coefficient of variation of the samples
-    gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # decimal GB/s from the median; None when zero-copy or skipped
-    peak_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # from the fastest sample, for comparison with event-timed tools
-    per_device_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))
-    zero_copy: bool = False  # JAX aliased the buffer: no bytes moved, so no bandwidth
-    verified: bool | None = None  # None: not checked (--no-verify or skipped)
-    roof: str | None = field(default=None, metadata=json_schema(enum=_ROOFS))  # the physical limit it is compared with
-    roof_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))
-    pct_of_roof: float | None = field(default=None, metadata=json_schema(minimum=0))
-    roof_reason: str | None = None  # why there is no roof to compare with
-    skipped: bool = False
-    note: str | None = None
-    # Why this cell's figure cannot be trusted: it is above its roof, which no copy can be (pct_of_roof still
-    # says by how much). None: nothing suspect.
-    suspect: str | None = None
-
-    @property
-    def key(self) -> CellKey:
-        return (self.direction, self.variant, self.layout, self.size_bytes, self.src, self.dst)
-
-
-ROOF_NAMES = {"pcie": "the PCIe link's peak", "host_memcpy": "the host's best memcpy"}
-
-
-def above_roof(pct_of_roof: float | None) -> bool:
-    """A figure above its physical limit was not measured as it claims (see roof_verdict)."""
-    return pct_of_roof is not None and pct_of_roof > 100
-
-
-def roof_verdict(gbps: float | None, roof: str | None, roof_gbps: float | None) -> tuple[float | None, str | None]:
-    """A cell's GB/s as a percentage of its roof, and why it is suspect when it is above it.
-
-    A roof is the most the path can carry (the PCIe link's peak, the host's best copy), so a cell above it
-    was timed wrong (a copy overlapped or cached) or set against a roof measured while the machine was busier
-    (another job, a CPU not yet at speed). Either way its percentage would mislead; the reason says so.
-    """
-    if gbps is None or not roof_gbps:
-        return None, None
-    pct = 100 * gbps / roof_gbps
-    if not above_roof(pct):
-        return pct, None
-    name = ROOF_NAMES.get(roof or "", "its roof")
-    return pct, (
-        f"{figure(gbps)} GB/s is {pct:.0f}% of {name} ({figure(roof_gbps)} GB/s), which no copy can beat: "
-        "the machine was busier while the roof was measured, or the timing is off"
-    )
-
-
-@dataclass(frozen=True)
-class MemcpyRoof:
-    """The host's own copy speed at one size: numpy.copyto into a warm, preallocated buffer placed as the source
-    is, on one thread, as XLA's CPU client copies (one std::memcpy per buffer, on the caller's thread or one
-    worker's). The roof is the best copy of many, not a typical one: a cell's median can reach it, never pass it."""
-
-    size_bytes: int = field(metadata=json_schema(minimum=1))
-    samples: int = field(metadata=json_schema(minimum=0))
-    median_s: float | None = field(metadata=json_schema(minimum=0))  # the typical copy, for comparison
-    gbps: float | None = field(metadata=json_schema(minimum=0))  # decimal GB/s of the fastest copy (min_s): the roof
-    note: str | None = None  # why nothing was measured at this size
-    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # the fastest copy
-
-
-@dataclass(frozen=True)
-class PcieLink:
-    """An NVIDIA GPU's PCIe link from NVML: the peak from the maximum generation and width, and what was seen."""
-
-    device: str  # "cuda:0"
-    pci_bus_id: str | None = None
-    max_gen: int | None = field(default=None, metadata=json_schema(minimum=1))  # of the device and its slot together
-    max_width: int | None = field(default=None, metadata=json_schema(minimum=1))
-    gpu_max_gen: int | None = field(default=None, metadata=json_schema(minimum=1))  # what the GPU alone supports
-    peak_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # decimal GB/s of max_gen x max_width, after encoding
-    seen_gen: int | None = field(default=None, metadata=json_schema(minimum=0))  # highest generation read right after this device's transfers
-    seen_width: int | None = field(default=None, metadata=json_schema(minimum=0))
-    below_max: bool | None = None  # the link trained below its maximum while transfers ran
-    reason: str | None = None  # why the link could not be read
-
-
-@dataclass(frozen=True)
-class Roofs:
-    """The physical limits the measurements are compared with."""
-
-    host_memcpy: tuple[MemcpyRoof, ...] = ()  # one per size measured
-    pcie: tuple[PcieLink, ...] = ()  # one per NVIDIA GPU measured
-    pcie_reason: str | None = None  # why there is no PCIe roof (no GPU, no NVML)
+# How long a sample's burst of calls is calibrated to last: one launch + host sync (~0.2 ms on an H200) is then 1%.
+BURST_MIN_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -260,7 +38,32 @@ class BenchDevice:
     bytes_limit: int | None = field(default=None, metadata=json_schema(minimum=0))  # memory_stats()'s, where the backend has one
 
 
-class _BenchEnvironmentRequired(TypedDict):
+@dataclass(frozen=True)
+class ChipOptions:
+    """What every per-device benchmark is asked: which devices, and how long to time each cell."""
+
+    devices: tuple[DeviceRef, ...] | None = None  # None or (): every local device (the point is to compare them)
+    repeats: int = DEFAULT_REPEATS
+    min_time_s: float = DEFAULT_MIN_TIME_S
+    warmups: int = DEFAULT_WARMUPS
+    quick: bool = False
+
+    def to_request(self) -> dict[str, Any]:
+        """The request the CLI hands the probe child (JSON), which reads it back with from_request."""
+        request: dict[str, Any] = to_jsonable(self)
+        return request
+
+    @classmethod
+    def from_request(cls: type[_O], data: dict[str, Any]) -> _O:
+        return from_dict(cls, data)
+
+
+_O = TypeVar("_O", bound=ChipOptions)
+
+
+class HostEnvironment(TypedDict):
+    """What every bench's run was on (the probe child's devctl.probe.bench.host_environment), and devctl's additions."""
+
     python: str
     jax: str
     jaxlib: str | None
@@ -272,361 +75,131 @@ class _BenchEnvironmentRequired(TypedDict):
     cpu_affinity: list[int] | None  # CPUs the probe may run on
     xla_flags: str | None  # XLA_FLAGS as set
     jax_platforms: str | None  # JAX_PLATFORMS as set
-    sizes_bytes: list[Annotated[int, json_schema(minimum=1)]]  # the sizes measured
-    sweep_note: str | None  # sizes left out of the default sweep, and why
-    pairs_note: str | None  # device pairs left out, and why
-    repeats: Annotated[int, json_schema(minimum=1)]
-    min_time_s: Annotated[float, json_schema(minimum=0)]
-    warmups: Annotated[int, json_schema(minimum=0)]
-    verify: bool
-    quick: bool
-    dtype: str  # of the arrays moved
     devctl: str  # devctl's version
     child_elapsed_s: Annotated[float | None, json_schema(minimum=0)]  # the probe child's own wall time
 
 
-class BenchEnvironment(_BenchEnvironmentRequired, total=False):
+class _ChipEnvironmentRequired(HostEnvironment):
+    repeats: Annotated[int, json_schema(minimum=1)]
+    min_time_s: Annotated[float, json_schema(minimum=0)]
+    warmups: Annotated[int, json_schema(minimum=0)]
+    quick: bool
+    burst_min_s: Annotated[float, json_schema(minimum=0)]  # how long a sample's burst of calls is calibrated to last
+    sweep_note: str | None  # sizes left out of the default sweep, and why
+
+
+class ChipEnvironment(_ChipEnvironmentRequired, total=False):
     """What the run was: versions, machine, settings (the probe child's plan, with devctl's additions)."""
 
     elapsed_s: Annotated[float, json_schema(minimum=0)]  # wall time of the whole run, as the CLI saw it
 
 
 @dataclass(frozen=True)
-class VariantFigure:
-    """A measured variant beside the fastest one of its direction: its rate and how far it is from the roof."""
+class DeviceFigure:
+    """One device's headline figure (its best median over the sizes measured) against its roof and its peers."""
 
-    variant: str = field(metadata=json_schema(enum=_VARIANT_NAMES))
-    gbps: float = field(metadata=json_schema(exclusiveMinimum=0))
-    pct_of_roof: float | None = field(default=None, metadata=json_schema(minimum=0))  # of the same roof as the fastest's
-
-
-@dataclass(frozen=True)
-class Fastest:
-    """The quickest measured variant of one direction and layout at its largest measured size, the others measured
-    there, and what to change when one is much faster than the plain call."""
-
-    direction: str = field(metadata=json_schema(enum=DIRECTIONS))
-    layout: str = field(metadata=json_schema(enum=LAYOUTS))
-    size_bytes: int = field(metadata=json_schema(minimum=1))
-    variant: str | None = field(metadata=json_schema(enum=(*_VARIANT_NAMES, None)))  # None: no variant measured a bandwidth at this size
-    gbps: float | None = field(metadata=json_schema(minimum=0))
-    roof: str | None = field(default=None, metadata=json_schema(enum=_ROOFS))
-    roof_gbps: float | None = field(default=None, metadata=json_schema(minimum=0))
-    pct_of_roof: float | None = field(default=None, metadata=json_schema(minimum=0))
-    zero_copy_variants: tuple[str, ...] = field(default=(), metadata=json_schema(items={"enum": _VARIANT_NAMES}))  # variants where JAX aliased instead of copying
-    note: str | None = None
-    others: tuple[VariantFigure, ...] = ()  # every other variant measured at this size, fastest first
-    # What to change: a path much faster than the plain call and how to take it, or why the plain call alone
-    # says little about the link. None: nothing to change.
-    advice: str | None = None
+    device: str  # "cpu:0", "cuda:3"
+    device_kind: str
+    value: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # best median figure over the sizes; None: nothing measured on this device
+    size: int | None = field(default=None, metadata=json_schema(minimum=1))  # the size it was reached at (bytes, or a matrix's side)
+    roof: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # the device kind's published peak, same unit
+    pct_of_roof: float | None = field(default=None, metadata=json_schema(minimum=0))  # value as a percentage of roof
+    fastest: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # the figure of its fastest call, at any size
+    vs_median_pct: float | None = None  # 100 x (value / median of every device's value - 1): negative is slower than its peers
+    straggler: bool = False  # named by the straggler rule
 
 
 @dataclass(frozen=True)
-class Regression:
-    """A gated cell whose bandwidth fell below the baseline's by more than the allowed drop plus the noise band."""
+class Comparison:
+    """Every device's headline figure of one kind (copy GB/s, bf16 TFLOP/s), set against its roof and its peers."""
 
-    direction: str = field(metadata=json_schema(enum=DIRECTIONS))
-    variant: str = field(metadata=json_schema(enum=_VARIANT_NAMES))
-    layout: str = field(metadata=json_schema(enum=LAYOUTS))
-    size_bytes: int = field(metadata=json_schema(minimum=1))
-    src: str
-    dst: str
-    baseline_gbps: float
-    gbps: float | None  # None: nothing measured now
-    change_pct: float | None  # negative: slower than the baseline
-    noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the noise band, +/- this many percent: the ~95% confidence interval of this run's median plus the baseline's (a pooled baseline's: the wider of that and half the range of its runs' medians); None when nothing was measured now
-    beyond_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # points by which the drop went past the noise band (a regression: more than max_regression_pct)
+    metric: str  # what is compared: "copy", "bf16", "f32"
+    unit: str  # "GB/s", "TFLOP/s"
+    figures: tuple[DeviceFigure, ...]
+    median: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # of every device's figure
+    stragglers: tuple[Straggler, ...] = ()  # worst first, each with its figure (best median) and its peers' median
+    rule: str = ""  # the straggler rule, in words
+    roof_name: str | None = None  # the peak's product and what it is ("H100 SXM dense BF16"); None: no peak known
+    roof_source: str | None = None  # where the peak comes from
+    roof_reason: str | None = None  # why there is no roof
 
 
-@dataclass(frozen=True)
-class Gate:
-    """This run judged against an earlier one (--baseline): the bandwidth-bound cells, each against its noise band."""
-
-    baseline: str  # the file, as the user named it (several, comma-separated, when runs were pooled)
-    max_regression_pct: float = field(metadata=json_schema(minimum=0, exclusiveMaximum=100))  # the drop allowed beyond the noise band
-    compared: int = field(metadata=json_schema(minimum=0))  # cells present in both runs with a bandwidth in the baseline
-    passed: bool
-    regressions: tuple[Regression, ...] = ()
-    all_sizes: bool = False  # --gate-all-sizes: every compared cell judged, latency-bound or not
-    gated: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells judged
-    latency_bound: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells not judged: their fixed per-transfer cost is over FIXED_COST_SHARE of their time
-    one_size: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells not judged: their path was measured at one size only, which cannot tell fixed cost from bytes
-    min_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the narrowest noise band among the gated cells measured now
-    max_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the widest: a drop smaller than it plus the allowance is not seen there
-    baseline_runs: int = field(default=1, metadata=json_schema(minimum=1))  # earlier runs pooled into the baseline (--baseline given this many times)
+def straggler_rule(floor_pct: float = DEFAULT_FLOOR_PCT, mad_k: float = DEFAULT_MAD_K) -> str:
+    return (
+        f"a device is a straggler when both its figure and its fastest call are below the median of the other "
+        f"devices' by more than max({floor_pct:g}%, {mad_k:g} x 1.4826 x their MAD)"
+    )
 
 
-@dataclass(frozen=True)
-class TransferReport:
-    """`devctl bench transfer`: every cell measured, the roofs, the fastest path per direction."""
+def compare(
+    metric: str,
+    unit: str,
+    best: dict[str, tuple[float | None, int | None]],
+    kinds: dict[str, str],
+    roofs: dict[str, float | None],
+    *,
+    fastest: dict[str, float | None] | None = None,
+    roof_name: str | None,
+    roof_source: str | None,
+    roof_reason: str | None,
+) -> Comparison:
+    """The comparison of one figure across devices.
 
-    results: tuple[Cell, ...]
-    roofs: Roofs
-    fastest: tuple[Fastest, ...]
-    devices: tuple[BenchDevice, ...]
-    environment: BenchEnvironment
-    gate: Gate | None = None  # None without --baseline
-    schema: str = field(default=SCHEMA, metadata=json_schema(const=SCHEMA))
-
-
-def fastest_paths(cells: tuple[Cell, ...] | list[Cell]) -> tuple[Fastest, ...]:
-    """Per direction and layout, the variant with the highest GB/s at the largest size where the most variants
-    were measured (a pinned cell skipped at 1G for want of host memory, but measured at 256M, still compares),
-    every other variant measured there, and advice when the pinned path leaves the plain call far behind."""
-    groups: dict[tuple[str, str], list[Cell]] = {}
-    for c in cells:
-        if not c.skipped:
-            groups.setdefault((c.direction, c.layout), []).append(c)
-    out = []
-    for (direction, layout), group in groups.items():
-        variants_at: dict[int, set[str]] = {}
-        for c in group:
-            variants_at.setdefault(c.size_bytes, set()).update([c.variant] if c.gbps is not None else [])
-        most = max(len(v) for v in variants_at.values())
-        top = max(size for size, v in variants_at.items() if len(v) == most)
-        at_top = [c for c in group if c.size_bytes == top]
-        zero = tuple(dict.fromkeys(c.variant for c in at_top if c.zero_copy))
-        # A cell whose bytes did not arrive intact is not a path anyone should take.
-        measured = [c for c in at_top if c.gbps is not None and c.verified is not False]
-        if not measured:
-            note = "every variant was zero-copy here: no bytes move" if zero else "nothing measured at this size"
-            out.append(Fastest(direction, layout, top, None, None, zero_copy_variants=zero, note=note))
-            continue
-        # Each variant by its best cell (several devices: the fastest of them), fastest first.
-        by_variant: dict[str, Cell] = {}
-        for c in sorted(measured, key=lambda c: c.gbps or 0.0, reverse=True):  # every measured cell has one
-            by_variant.setdefault(c.variant, c)
-        best, *rest = by_variant.values()
-        # Skipped cells too: a pinned path skipped for want of pinned_host memory has its reason in the table.
-        tried = {c.variant for c in cells if (c.direction, c.layout, c.size_bytes) == (direction, layout, top)}
-        out.append(
-            Fastest(
-                direction, layout, top, best.variant, best.gbps, best.roof, best.roof_gbps, best.pct_of_roof, zero,
-                others=tuple(VariantFigure(c.variant, c.gbps or 0.0, c.pct_of_roof) for c in rest),
-                advice=_advice(direction, layout, best, by_variant, tried),
+    `best`: device -> (its best median value, the size it was reached at); `fastest`: device -> the figure of its
+    fastest call (default: the best median). A device is a straggler when the rule (devctl.model.stragglers) names
+    it on both: on a shared machine another job slows some calls of some devices, which can pull one device's
+    median down, or leave the others one lucky quiet call; a device that is truly slow is slow on both counts.
+    `kinds`: device -> device_kind; `roofs`: device -> the published peak for this metric (None: unknown). Higher
+    is better for every figure here.
+    """
+    values = {d: v for d, (v, _) in best.items() if v}
+    fast = {d: (fastest or {}).get(d) or v for d, v in values.items()}
+    on_fastest = {s.name for s in find_stragglers(fast)}
+    found = [s for s in find_stragglers(values) if s.name in on_fastest]
+    slow = {s.name for s in found}
+    median = _median(values)
+    figures = []
+    for device, (value, size) in best.items():
+        roof = roofs.get(device)
+        figures.append(
+            DeviceFigure(
+                device=device,
+                device_kind=kinds.get(device, ""),
+                value=value or None,
+                size=size if value else None,
+                roof=roof,
+                pct_of_roof=100 * value / roof if value and roof else None,
+                fastest=fast.get(device),
+                vs_median_pct=100 * (value / median - 1) if value and median and len(values) > 1 else None,
+                straggler=device in slow,
             )
         )
-    return tuple(out)
+    return Comparison(
+        metric, unit, tuple(figures), median, tuple(found), straggler_rule(), roof_name, roof_source, roof_reason
+    )
 
 
-def _advice(direction: str, layout: str, best: Cell, by_variant: dict[str, Cell], tried: set[str]) -> str | None:
-    """What the fastest path says to change in a program: take the pinned path where it leaves the plain call
-    far behind; or, where only pageable paths were measured far below the PCIe link, measure the pinned one
-    before blaming the link. CPU devices (a host_memcpy roof) have no pinned path of their own."""
-    if layout != "single" or direction not in PINNED_DEFAULT_DIRECTIONS or best.gbps is None:
-        return None
-    main = main_variant(direction)
-    plain = by_variant.get(main)
-    if best.variant == "pinned" and best.roof != "host_memcpy" and plain is not None and plain.gbps:
-        speedup = best.gbps / plain.gbps
-        if speedup < ADVICE_SPEEDUP:
-            return None
-        how = 'jax.device_put(x, sharding.with_memory_kind("pinned_host"))'
-        if direction == "h2d":
-            # The recipe times the copy from pinned_host memory, as a program whose arrays live there pays it; one
-            # that stages each batch also pays a host copy into it first. Say so rather than promise the ratio.
-            return (
-                f"h2d from pinned_host memory is {speedup:.1f}x {main}: stage host arrays through it with {how}, "
-                "then device_put to the device (this figure leaves out that first copy)"
-            )
-        return f"d2h into pinned_host memory is {speedup:.1f}x {main}: fetch through it with {how}, then np.asarray"
-    low = best.pct_of_roof is not None and best.pct_of_roof < LOW_SHARE_OF_LINK_PCT
-    if "pinned" not in tried and best.roof == "pcie" and low:
-        return (
-            f"{best.variant} {direction} reaches {best.pct_of_roof:.0f}% of the PCIe link: pageable host memory, "
-            "not the link, is often the limit; --variants main,pinned measures transfers through pinned_host memory"
-        )
-    return None
+def _median(values: dict[str, float]) -> float | None:
+    import statistics
+
+    return statistics.median(values.values()) if values else None
 
 
-@dataclass(frozen=True)
-class Baseline:
-    """An earlier run's measured cells, read and validated once by the CLI."""
-
-    name: str  # the file, as the user named it
-    cells: dict[CellKey, Cell]  # Cell.key -> the cell; only cells with a bandwidth, each with samples, p10_s, median_s, p90_s
-    runs: int = 1  # earlier runs pooled into it
-    run_spread_pct: dict[CellKey, float] = field(default_factory=dict)  # per cell, half the range of the runs' medians, in % (pooled only)
-
-
-def pooled(baselines: list[Baseline]) -> Baseline:
-    """Several earlier runs as one baseline, pooled as every bench's gate pools them (devctl.model.gate.pool): per
-    cell the median of the runs' figures, and how far the runs' medians lay apart, which joins the noise band."""
-    from dataclasses import replace
-
-    from devctl.model import gate
-
-    if len(baselines) == 1:
-        return baselines[0]
-    as_figures = [
-        gate.Baseline(b.name, {k: gate.Figure(k, "", c.gbps, c.samples or 0, c.p10_s, c.median_s, c.p90_s) for k, c in b.cells.items()}, b.runs)
-        for b in baselines
-    ]
-    pool = gate.pool(as_figures)
-    first: dict[CellKey, Cell] = {}
-    for b in baselines:
-        for key, c in b.cells.items():
-            first.setdefault(key, c)
-    # The pool's keys are the cells' own (CellKey), as the figures above were keyed.
-    cells = {
-        key: replace(c, samples=f.samples, p10_s=f.p10_s, median_s=f.median_s, p90_s=f.p90_s, gbps=f.value)
-        for key, c in first.items()
-        for f in (pool.figures[key],)
-    }
-    return Baseline(pool.name, cells, pool.runs, {key: pool.run_spread_pct[key] for key in cells})
-
-
-@dataclass(frozen=True)
-class GateRequest:
-    """--baseline, --max-regression and --gate-all-sizes, validated."""
-
-    baseline: Baseline
-    max_regression_pct: float
-    all_sizes: bool = False
-
-
-# A cell is bandwidth-bound when its path's fixed per-transfer cost is at most this share of its time: then at
-# least nine tenths of what it measures is bytes moving, and a slower path shows in it nearly undiluted. A
-# latency-bound cell (a 4K transfer is almost all fixed cost: a dispatch, a sync, an allocation) moves with
-# the scheduler and the allocator from run to run, not with the path's bandwidth.
-FIXED_COST_SHARE = 0.10
-
-
-def fixed_costs_s(cells: Iterable[Cell]) -> dict[tuple[str, ...], float | None]:
-    """Per path (a cell's key without its size), the fixed per-transfer cost in seconds, from the path's own
-    medians: where the straight line through its smallest and largest sizes meets zero bytes (time = fixed +
-    bytes / bandwidth), kept between 0 and the smallest size's whole time. None for a path measured at one
-    size, where latency cannot be told from bandwidth."""
-    paths: dict[tuple[str, ...], list[Cell]] = {}
+def fastest_by_device(cells: Any, value_of: Any) -> dict[str, float | None]:
+    """Per device, the figure of its fastest call over every size measured (None: nothing measured)."""
+    out: dict[str, float | None] = {}
     for c in cells:
-        if c.median_s is not None:
-            paths.setdefault(_path(c), []).append(c)
-    out: dict[tuple[str, ...], float | None] = {}
-    for path, group in paths.items():
-        small = min(group, key=lambda c: c.size_bytes)
-        large = max(group, key=lambda c: c.size_bytes)
-        if small.size_bytes == large.size_bytes:
-            out[path] = None
-            continue
-        t0, t1 = cast(float, small.median_s), cast(float, large.median_s)
-        slope = (t1 - t0) / (large.size_bytes - small.size_bytes)
-        out[path] = min(max(t0 - small.size_bytes * slope, 0.0), t0)
+        v = value_of(c)
+        out[c.device] = max(v, out.get(c.device) or 0) if v else out.get(c.device)
     return out
 
 
-def _path(c: Cell) -> tuple[str, ...]:
-    return (c.direction, c.variant, c.layout, c.src, c.dst)
-
-
-def noise_pct(c: Cell) -> float | None:
-    """How far a cell's median could be from the path's true median by chance: the half-width of its ~95%
-    confidence interval (devctl.model.gate.noise_pct), in percent of the median. None without the figures."""
-    from devctl.model.gate import noise_pct as median_noise
-
-    return median_noise(c.samples, c.p10_s, c.median_s, c.p90_s)
-
-
-def _run_noise_pct(c: Cell) -> float | None:
-    from devctl.model.gate import run_noise_pct
-
-    return run_noise_pct(c.samples, c.p10_s, c.median_s, c.p90_s)
-
-
-def compare_with_baseline(cells: Iterable[Cell], baseline: Baseline, max_regression_pct: float, *, all_sizes: bool = False) -> Gate:
-    """Cell by cell, the bandwidth-bound ones only (every cell with all_sizes): a cell regresses when its GB/s
-    falls below the baseline's by more than the allowed share plus the noise band of the two runs.
-
-    The noise band adds the baseline's to this run's. A run's is the confidence interval of its median
-    (noise_pct), for the run judged never more than its median's distance from its fast decile (contention only
-    slows calls down: devctl.model.gate.run_noise_pct); a pooled baseline's is the wider of that and how far its runs' medians lay apart, since runs
-    differ by more than their samples show (a VM's page-fault mode, a neighbour that came and went). A drop
-    inside the band is not evidence of a slower path. Whether a cell is bandwidth-bound is decided from the
-    baseline alone, so every rerun judges the same cells.
-    """
-    fixed = fixed_costs_s(baseline.cells.values())
-    compared = gated = latency_bound = one_size = 0
-    regressions = []
-    bands = []
+def best_by_device(cells: Any, value_of: Any, size_of: Any) -> dict[str, tuple[float | None, int | None]]:
+    """Per device (in the order first seen), the best value over its measured cells and the size it came at."""
+    best: dict[str, tuple[float | None, int | None]] = {}
     for c in cells:
-        base = baseline.cells.get(c.key)
-        if base is None:
-            continue
-        compared += 1
-        cost = fixed.get(_path(base))
-        if not all_sizes and cost is None:
-            one_size += 1
-            continue
-        if not all_sizes and cost is not None and cost > FIXED_COST_SHARE * cast(float, base.median_s):
-            latency_bound += 1
-            continue
-        gated += 1
-        base_gbps = cast(float, base.gbps)
-        if c.gbps is None:  # measured before, nothing now (zero-copy or skipped): a regression, whatever the noise
-            regressions.append(_regression(c, base_gbps, None, None, None))
-            continue
-        band = max(noise_pct(base) or 0.0, baseline.run_spread_pct.get(c.key, 0.0)) + (_run_noise_pct(c) or 0.0)
-        bands.append(band)
-        change = (c.gbps / base_gbps - 1) * 100
-        beyond = -change - band
-        if beyond > max_regression_pct:
-            regressions.append(_regression(c, base_gbps, change, band, beyond))
-    return Gate(
-        baseline.name, max_regression_pct, compared, not regressions, tuple(regressions), all_sizes, gated,
-        latency_bound, one_size, min(bands, default=None), max(bands, default=None), baseline.runs,
-    )  # fmt: skip
-
-
-def _regression(c: Cell, base_gbps: float, change: float | None, band: float | None, beyond: float | None) -> Regression:
-    return Regression(c.direction, c.variant, c.layout, c.size_bytes, c.src, c.dst, base_gbps, c.gbps, change, band, beyond)
-
-
-# ---- memory a size needs -------------------------------------------------------------------------------
-
-# Host buffers every size has: the pattern the transfers send and the memcpy roof's destination.
-HOST_BUFFERS = 2
-
-
-def host_bytes_needed(
-    opts: TransferOptions, size: int, *, devices_in_host_memory: bool, device_count: int, pinned_path: bool = False
-) -> int:
-    """Peak host memory the probe holds for one size: its buffers plus the most any one cell holds at once.
-
-    Measured on CPU JAX, where device arrays are host memory (peak RSS per byte of --sizes at 32M and
-    256M, 4 devices): h2d 4x the size, d2h, d2d and d2d-self 5x, 6x with --variants all (the aligned
-    copy and the pinned buffer), 3-5x with --no-verify, 7-11x replicated on 4 devices. On an
-    accelerator only the host side counts: the buffers, a d2h result, a pinned buffer and the
-    verification's host copy and comparison. `pinned_path`: the devices have a pinned path of their own
-    (pinned_is_a_path), which the default measures.
-    """
-
-    def variants(direction: str, layout: str) -> tuple[str, ...]:
-        return opts.variants_for(direction, layout, pinned_path=pinned_path)
-
-    single_variants = {v for d in opts.directions for v in variants(d, "single")}
-    aligned = 1 if "single" in opts.layouts and "h2d" in opts.directions and "aligned" in single_variants else 0
-    per_cell = max(
-        _cell_host_copies(d, variants(d, layout), layout, opts.verify, devices_in_host_memory, device_count)
-        for d in opts.directions
-        for layout in opts.layouts
-    )
-    return (HOST_BUFFERS + aligned + per_cell) * size
-
-
-def _cell_host_copies(direction: str, variants: tuple[str, ...], layout: str, verify: bool, in_host: bool, n: int) -> int:
-    """Copies of the size in host memory while one cell runs (its verification included)."""
-    check = 1 if verify else 0  # the verification's comparison allocates one boolean per byte
-    pinned = 1 if "pinned" in variants else 0
-    if not in_host:
-        if direction == "d2h":
-            return 1 + pinned + check
-        return (pinned if direction == "h2d" else 0) + 2 * check  # the result fetched to the host, then compared
-    copies = n if layout == "replicated" else 1  # a sharded array holds the size once in all
-    if direction == "h2d":
-        return copies + pinned + check
-    if direction == "d2h":
-        # The device array, the fresh copy each repetition reads, and the host result (a view when replicated).
-        return 2 * copies + (0 if layout == "replicated" else 1)
-    if direction == "d2d":
-        # One source on the first device; a replicated result is checked a shard at a time, in place.
-        return 1 + copies + (0 if layout == "replicated" else check)
-    return 2 * copies + check  # d2d-self: the source and its copy
+        best.setdefault(c.device, (None, None))
+        v = value_of(c)
+        if v is not None and (best[c.device][0] is None or v > (best[c.device][0] or 0)):
+            best[c.device] = (v, size_of(c))
+    return best

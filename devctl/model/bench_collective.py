@@ -18,14 +18,15 @@ Pure stdlib: the CLI (no jax) and the probe child both build and read these reco
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypedDict, get_args
+from typing import Any, Callable, ClassVar, Literal, TypedDict, get_args
 
 from devctl.model import from_dict, json_schema
 from devctl.model.bench import BenchDevice
-from devctl.model.gate import BenchGate, Figure
+from devctl.model.gate import Baseline, Figure, Gate, GateSpec
+from devctl.model.timing import Timing
 from devctl.units import format_size_short
 
-SCHEMA = "devctl.bench.collective/1"
+SCHEMA = "devctl.bench.collective/2"
 
 Collective = Literal["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ppermute"]
 COLLECTIVES: tuple[str, ...] = get_args(Collective)
@@ -135,7 +136,7 @@ class MeshAxis:
 
 
 @dataclass(frozen=True)
-class CollectiveCell:
+class CollectiveCell(Timing):
     """One collective on one axis at one size and dtype (or one ppermute pair), measured or skipped."""
 
     # A skipped cell has no samples and no bandwidth.
@@ -151,19 +152,12 @@ class CollectiveCell:
     dtype: str = field(metadata=json_schema(enum=DTYPES))
     src: str | None = None  # ppermute-pair: the sending device (its index on the axis where the mesh has several groups)
     dst: str | None = None
-    samples: int = field(default=0, metadata=json_schema(minimum=0))
-    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    p10_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    median_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    p90_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    max_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    mean_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    cv: float | None = field(default=None, metadata=json_schema(minimum=0))  # coefficient of variation of the samples
     algbw_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # S / median, decimal GB/s
     busbw_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # algbw x nccl-tests' factor
     compile_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # lowering and compiling, once, untimed
     roof_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # the per-link peak busbw is set against
     pct_of_roof: float | None = field(default=None, metadata=json_schema(minimum=0))
+    verified: bool | None = None  # the output of a call checked against what the collective gives on its inputs; None: not checked (skipped)
     skipped: bool = False
     note: str | None = None
 
@@ -236,27 +230,28 @@ class CollectiveReport:
     environment: CollectiveEnvironment
     stragglers: tuple[StragglerFinding, ...] = ()
     hosts: tuple[HostFigure, ...] = ()  # --distributed: each process's own figures at the largest size of each collective and axis
-    gate: BenchGate | None = None  # --baseline: this run judged against earlier ones (busbw of the bandwidth cells)
+    gate: Gate | None = None  # --baseline: this run judged against earlier ones (busbw of the bandwidth cells)
     schema: str = SCHEMA
 
 
 # The regression gate (--baseline): a cell is one collective on one axis at one size and dtype (a pair: its
 # ends too), judged on its busbw; latency cells (LATENCY_MAX_BYTES and below) move with the scheduler, not the
 # links, and are not judged.
-GATE_KEY_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "collective": str, "axis": str, "ranks": int, "size_bytes": int, "dtype": str, "src": (str, type(None)), "dst": (str, type(None)),
-}  # fmt: skip
-GATE_UNIT = "GB/s"
-
-
 def gate_figure(c: CollectiveCell) -> Figure:
     pair = f" {c.src}->{c.dst}" if c.src is not None else ""
     label = f"{c.collective} {c.axis}{pair} {format_size_short(c.size_bytes)} {c.dtype}"
     key = (c.collective, c.axis, c.ranks, c.size_bytes, c.dtype, c.src, c.dst)
-    return Figure(key, label, c.busbw_gbps, c.samples, c.p10_s, c.median_s, c.p90_s)
+    return Figure.of(key, label, c.busbw_gbps, c)
 
 
-def gated(f: Figure) -> bool:
-    """Whether the gate judges a cell: only bandwidth cells, above LATENCY_MAX_BYTES (the key's size)."""
-    return f.key[3] > LATENCY_MAX_BYTES  # type: ignore[index]  # gate_figure's key: (collective, axis, ranks, size_bytes, ...)
+def gate_rule(_: Baseline) -> Callable[[Figure], str | None]:
+    """Only bandwidth cells are judged, above LATENCY_MAX_BYTES (the key's size)."""
+    return lambda f: None if f.key[3] > LATENCY_MAX_BYTES else "latency"  # type: ignore[index]  # gate_figure's key
 
+
+GATE = GateSpec(
+    "bench collective", SCHEMA, CollectiveCell,
+    {"collective": str, "axis": str, "ranks": int, "size_bytes": int, "dtype": str, "src": (str, type(None)), "dst": (str, type(None))},
+    "busbw_gbps", "GB/s", gate_figure, gate_rule,
+    left_out_words={"latency": f"{{n}} latency cells ({format_size_short(LATENCY_MAX_BYTES)} and below) not gated"},
+)  # fmt: skip

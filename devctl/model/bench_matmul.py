@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from devctl.model import json_schema
-from devctl.model.bench import BenchDevice
-from devctl.model.bench_chip import BURST_MIN_S, ChipEnvironment, ChipOptions, Comparison
-from devctl.model.gate import BenchGate, Figure
+from devctl.model.bench import BURST_MIN_S, BenchDevice, ChipEnvironment, ChipOptions, Comparison
+from devctl.model.gate import Figure, Gate, GateSpec
+from devctl.model.timing import Timing
 
-SCHEMA = "devctl.bench.matmul/1"
+SCHEMA = "devctl.bench.matmul/2"
 
 Dtype = Literal["bf16", "f32"]
 DTYPES: tuple[str, ...] = get_args(Dtype)
@@ -21,6 +21,8 @@ DTYPES: tuple[str, ...] = get_args(Dtype)
 # pass on TPUs, which would be a bf16/TF32 figure under an f32 name.
 PRECISION = {"bf16": "DEFAULT", "f32": "HIGHEST"}
 ELEMENT_BYTES = {"bf16": 2, "f32": 4}
+# Which published figure each dtype is set against (devctl.model.peaks): f32 runs at Precision.HIGHEST, FP32 math.
+ROOF_FIELD = {"bf16": "bf16_tflops", "f32": "f32_tflops"}
 
 # Square matrices of side N: 2*N^3 flops per call. An accelerator needs thousands a side to fill its tensor cores
 # or MXUs; a CPU is saturated far sooner, and a 2-core machine must finish --quick in seconds.
@@ -53,7 +55,7 @@ class MatmulOptions(ChipOptions):
 
 
 @dataclass(frozen=True)
-class MatmulCell:
+class MatmulCell(Timing):
     """One device, one dtype, one size: C = A @ B with A and B square, timed in bursts of calls (figures per call)."""
 
     device: str  # "cpu:0", "cuda:3"
@@ -61,22 +63,6 @@ class MatmulCell:
     n: int = field(metadata=json_schema(minimum=1))  # the matrices' side
     precision: str  # jax.lax.Precision of the dot: HIGHEST for f32 (full FP32 math), DEFAULT for bf16
     flops: int = field(metadata=json_schema(minimum=1))  # per call: 2 n^3
-    samples: int = field(default=0, metadata=json_schema(minimum=0))  # bursts timed; each gives one time per call (its wall time / calls_per_sample)
-    # Calls dispatched back to back per sample, then one block_until_ready on the last; calibrated per device and
-    # cell so that a burst lasts the environment's burst_min_s. None: nothing timed.
-    calls_per_sample: int | None = field(default=None, metadata=json_schema(minimum=1))
-    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # seconds per call, min ... max over the samples
-    p10_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    median_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    p90_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    max_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    mean_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    cv: float | None = field(default=None, metadata=json_schema(minimum=0))  # coefficient of variation of the samples
-    single_call_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # median of one call + block_until_ready, timed alone
-    # Launch + host synchronisation per call: the median over the rounds of a call timed alone less the time per
-    # call of the burst right after it, 0 where the single calls were no slower. A step that waits for its result
-    # pays it; tflops leaves it out.
-    call_overhead_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     tflops: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # flops / median, in 10^12 per second
     peak_tflops: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # from the fastest sample
     roof_tflops: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # the device kind's published dense peak for this dtype
@@ -96,17 +82,16 @@ class MatmulReport:
     devices: tuple[BenchDevice, ...]
     environment: ChipEnvironment
     method: str  # what was timed, in words
-    gate: BenchGate | None = None  # --baseline: this run judged against earlier ones
+    gate: Gate | None = None  # --baseline: this run judged against earlier ones
     schema: str = field(default=SCHEMA, metadata=json_schema(const=SCHEMA))
 
 
-# The regression gate (--baseline): a cell is one device, dtype and size, judged on its TFLOP/s.
-GATE_KEY_FIELDS: dict[str, type] = {"device": str, "dtype": str, "n": int}
-GATE_UNIT = "TFLOP/s"
-
-
 def gate_figure(c: MatmulCell) -> Figure:
-    return Figure((c.device, c.dtype, c.n), f"{c.device} {c.dtype} {c.n}x{c.n}", c.tflops, c.samples, c.p10_s, c.median_s, c.p90_s)
+    return Figure.of((c.device, c.dtype, c.n), f"{c.device} {c.dtype} {c.n}x{c.n}", c.tflops, c)
+
+
+# The regression gate (--baseline): a cell is one device, dtype and size, judged on its TFLOP/s.
+GATE = GateSpec("bench matmul", SCHEMA, MatmulCell, {"device": str, "dtype": str, "n": int}, "tflops", "TFLOP/s", gate_figure)
 
 
 METHOD = (

@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from devctl.model import json_schema
-from devctl.model.bench import BenchDevice
-from devctl.model.bench_chip import BURST_MIN_S, GIB, MIB, ChipEnvironment, ChipOptions, Comparison
-from devctl.model.gate import BenchGate, Figure
+from devctl.model.bench import BURST_MIN_S, GIB, MIB, BenchDevice, ChipEnvironment, ChipOptions, Comparison
+from devctl.model.gate import Figure, Gate, GateSpec
+from devctl.model.timing import Timing
 from devctl.units import format_size_short
 
-SCHEMA = "devctl.bench.memory/1"
+SCHEMA = "devctl.bench.memory/2"
 
 # Sizes of the array copied, per device. Each must leave the caches: an H100's L2 is 50 MB, a B200's 126 MB, and
 # a CPU's last-level cache may be hundreds of MiB on a large host. The copy reads and writes the size once each.
@@ -38,28 +38,12 @@ class MemoryOptions(ChipOptions):
 
 
 @dataclass(frozen=True)
-class MemoryCell:
+class MemoryCell(Timing):
     """One device at one size: y = x + 1 over a uint32 array, timed in bursts of calls (figures per call)."""
 
     device: str  # "cpu:0", "cuda:3"
     size_bytes: int = field(metadata=json_schema(minimum=1))  # the array copied
     bytes_moved: int | None = field(default=None, metadata=json_schema(minimum=0))  # read plus written per call: 2 x size_bytes
-    samples: int = field(default=0, metadata=json_schema(minimum=0))  # bursts timed; each gives one time per call (its wall time / calls_per_sample)
-    # Calls dispatched back to back per sample, then one block_until_ready on the last; calibrated per device and
-    # cell so that a burst lasts the environment's burst_min_s. None: nothing timed.
-    calls_per_sample: int | None = field(default=None, metadata=json_schema(minimum=1))
-    min_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # seconds per call, min ... max over the samples
-    p10_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    median_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    p90_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    max_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    mean_s: float | None = field(default=None, metadata=json_schema(minimum=0))
-    cv: float | None = field(default=None, metadata=json_schema(minimum=0))  # coefficient of variation of the samples
-    single_call_s: float | None = field(default=None, metadata=json_schema(minimum=0))  # median of one call + block_until_ready, timed alone
-    # Launch + host synchronisation per call: the median over the rounds of a call timed alone less the time per
-    # call of the burst right after it, 0 where the single calls were no slower. A step that waits for its result
-    # pays it; gbps leaves it out.
-    call_overhead_s: float | None = field(default=None, metadata=json_schema(minimum=0))
     gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # decimal GB/s of bytes_moved at the median
     peak_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # from the fastest sample
     roof_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # the device kind's published memory bandwidth
@@ -79,17 +63,16 @@ class MemoryReport:
     devices: tuple[BenchDevice, ...]
     environment: ChipEnvironment
     method: str  # what was timed, in words
-    gate: BenchGate | None = None  # --baseline: this run judged against earlier ones
+    gate: Gate | None = None  # --baseline: this run judged against earlier ones
     schema: str = field(default=SCHEMA, metadata=json_schema(const=SCHEMA))
 
 
-# The regression gate (--baseline): a cell is one device at one size, judged on its GB/s.
-GATE_KEY_FIELDS: dict[str, type] = {"device": str, "size_bytes": int}
-GATE_UNIT = "GB/s"
-
-
 def gate_figure(c: MemoryCell) -> Figure:
-    return Figure((c.device, c.size_bytes), f"{c.device} {format_size_short(c.size_bytes)}", c.gbps, c.samples, c.p10_s, c.median_s, c.p90_s)
+    return Figure.of((c.device, c.size_bytes), f"{c.device} {format_size_short(c.size_bytes)}", c.gbps, c)
+
+
+# The regression gate (--baseline): a cell is one device at one size, judged on its GB/s.
+GATE = GateSpec("bench memory", SCHEMA, MemoryCell, {"device": str, "size_bytes": int}, "gbps", "GB/s", gate_figure)
 
 
 METHOD = (

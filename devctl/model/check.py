@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from devctl.model import json_schema
-from devctl.model.bench import Cell
+from devctl.model.bench_transfer import Cell
 
 CHECK_SCHEMA = "devctl.check/1"
 

@@ -1,27 +1,29 @@
-"""The noise-aware regression gate of `bench memory`, `bench matmul` and `bench collective` (--baseline): the rule of
-`bench transfer`'s gate (devctl.model.bench.compare_with_baseline, README "CI gate") over any bench's cells.
+"""The noise-aware regression gate of every bench (--baseline): one rule over any bench's cells (README "CI gate").
 
 A cell is seen as a Figure: what identifies it across runs (its key, and a label for people), its headline figure
 (GB/s, TFLOP/s: higher is better) and its samples' count, p10, median and p90. A cell regresses when its figure
 falls below the baseline's by more than the allowed drop plus the noise band: the ~95% confidence interval of
 each median (noise_pct; for the run judged, never more than its median's distance from its fast decile:
 run_noise_pct), and, for a baseline of several runs, the wider of that and half the range of the runs' figures
-(pool). Pure stdlib: the CLI builds and renders these without jax.
+(pool). A bench may leave cells out of the judgement, with a reason, decided from the baseline alone (so that
+every rerun judges the same cells): GateSpec.rule. Pure stdlib: the CLI builds and renders these without jax.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Callable, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable
 
 from devctl.model import json_schema
+from devctl.model.timing import Timing
 
 # For roughly normal samples the p10-p90 spread is 2.563 standard deviations; a median of n samples has a
 # standard error of 1.2533 standard deviations over sqrt(n); 1.96 of those bound ~95% of its chance moves.
 _P10_P90_SIGMAS = 2.563
 _MEDIAN_SE = 1.2533
 _Z95 = 1.96
+DEFAULT_MAX_REGRESSION_PCT = 10.0
 
 
 def noise_pct(samples: int | None, p10_s: float | None, median_s: float | None, p90_s: float | None) -> float | None:
@@ -56,6 +58,10 @@ class Figure:
     median_s: float | None = None
     p90_s: float | None = None
 
+    @classmethod
+    def of(cls, key: Hashable, label: str, value: float | None, timing: Timing) -> Figure:
+        return cls(key, label, value, timing.samples, timing.p10_s, timing.median_s, timing.p90_s)
+
     @property
     def noise_pct(self) -> float | None:
         return noise_pct(self.samples, self.p10_s, self.median_s, self.p90_s)
@@ -67,7 +73,7 @@ class Figure:
 
 @dataclass(frozen=True)
 class Baseline:
-    """One or more earlier runs' figures, read and validated by the CLI."""
+    """One or more earlier runs' figures, read and validated before the benchmark runs."""
 
     name: str  # the file(s), as the user named them
     figures: dict[Hashable, Figure]  # only cells with a figure and its samples' spread
@@ -99,16 +105,46 @@ def pool(baselines: list[Baseline]) -> Baseline:
     return Baseline(", ".join(b.name for b in baselines), figures, sum(b.runs for b in baselines), spread)
 
 
+# Which cells a bench leaves out of the judgement: from the baseline, a function of each baseline figure giving
+# the reason it is not judged (a key of GateSpec.left_out_words), or None to judge it.
+Rule = Callable[[Baseline], Callable[[Figure], "str | None"]]
+
+
+def judge_all(_: Baseline) -> Callable[[Figure], str | None]:
+    return lambda f: None
+
+
 @dataclass(frozen=True)
-class BenchGateRequest:
-    """--baseline and --max-regression, validated."""
+class GateSpec:
+    """What one bench's results look like to the gate, and how its verdict is worded."""
+
+    command: str  # "bench memory"
+    schema: str
+    cell_type: type  # its cell dataclass
+    key_fields: dict[str, Any]  # field -> the type(s) it must have: what identifies a cell from run to run
+    value: str  # the field judged ("gbps", "tflops", "busbw_gbps")
+    unit: str
+    figure: Callable[[Any], Figure]
+    rule: Rule = judge_all
+    judged_words: str = "cells"  # what the verdict calls the cells it judged
+    missing_words: str = "nothing measured now (skipped)"  # a cell with a figure in the baseline and none now
+    left_out_words: dict[str, str] = field(default_factory=dict)  # a rule's reason -> the line that says it ({n}: how many)
+    check_cell: Callable[[dict], "str | None"] = lambda cell: None  # what else makes a baseline cell unusable
+    nothing_judged: str = "is large enough to judge; measure larger sizes"  # ends "none of the N matching cells ..."
+    all_sizes_flag: str | None = None  # the flag that judges every cell (bench transfer: --gate-all-sizes)
+
+
+@dataclass(frozen=True)
+class GateRequest:
+    """--baseline, --max-regression (and --gate-all-sizes), validated."""
 
     baseline: Baseline
     max_regression_pct: float
+    all_sizes: bool = False  # every compared cell judged, whatever the bench's rule leaves out
 
 
 @dataclass(frozen=True)
-class GateRegression:
+class Regression:
     """A gated cell whose figure fell below the baseline's by more than the allowed drop plus its noise band."""
 
     cell: str  # the cell, as its bench names it
@@ -120,48 +156,56 @@ class GateRegression:
 
 
 @dataclass(frozen=True)
-class BenchGate:
+class Gate:
     """This run judged against earlier ones (--baseline)."""
 
     baseline: str  # the file(s), as the user named them
-    unit: str  # of the figures compared: "GB/s" (memory copy, collective busbw), "TFLOP/s"
+    unit: str  # of the figures compared: "GB/s" (transfer, memory copy, collective busbw), "TFLOP/s"
     max_regression_pct: float = field(metadata=json_schema(minimum=0, exclusiveMaximum=100))  # the drop allowed beyond the noise band
     passed: bool
     compared: int = field(default=0, metadata=json_schema(minimum=0))  # cells in both runs with a figure in the baseline
     gated: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells judged
-    not_gated: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells left out (latency-bound collectives)
-    regressions: tuple[GateRegression, ...] = ()
-    min_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))
-    max_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))
-    baseline_runs: int = field(default=1, metadata=json_schema(minimum=1))
+    not_gated: int = field(default=0, metadata=json_schema(minimum=0))  # compared cells left out by the bench's rule
+    regressions: tuple[Regression, ...] = ()
+    min_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the narrowest noise band among the gated cells measured now
+    max_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the widest: a drop smaller than it plus the allowance is not seen there
+    baseline_runs: int = field(default=1, metadata=json_schema(minimum=1))  # earlier runs pooled into the baseline
+    all_sizes: bool = False  # every compared cell judged (bench transfer --gate-all-sizes)
+    # Why the cells not gated were left out, and how many each: "latency" (collective cells of 64 KiB and below),
+    # "latency-bound" (transfer paths whose fixed cost is over a tenth of their time), "one-size" (a transfer path
+    # measured at one size, which cannot tell fixed cost from bytes).
+    left_out: dict[str, int] = field(default_factory=dict)
 
 
 def judge(
     figures: Iterable[Figure], baseline: Baseline, max_regression_pct: float, unit: str,
-    gated: Callable[[Figure], bool] = lambda f: True,
-) -> BenchGate:  # fmt: skip
-    """Every cell of this run that the baseline has, those `gated` accepts judged against their noise band."""
-    compared = judged = left_out = 0
+    rule: Rule = judge_all, *, all_sizes: bool = False,
+) -> Gate:  # fmt: skip
+    """Every cell of this run that the baseline has, those the rule does not leave out judged against their band."""
+    why_not = rule(baseline)
+    compared = judged = 0
+    left_out: dict[str, int] = {}
     regressions, bands = [], []
     for f in figures:
         base = baseline.figures.get(f.key)
         if base is None or base.value is None:
             continue
         compared += 1
-        if not gated(base):
-            left_out += 1
+        why = None if all_sizes else why_not(base)
+        if why is not None:
+            left_out[why] = left_out.get(why, 0) + 1
             continue
         judged += 1
         if f.value is None:
-            regressions.append(GateRegression(f.label, base.value, None, None))
+            regressions.append(Regression(f.label, base.value, None, None))
             continue
         band = max(base.noise_pct or 0.0, baseline.run_spread_pct.get(f.key, 0.0)) + (f.run_noise_pct or 0.0)
         bands.append(band)
         change = (f.value / base.value - 1) * 100
         beyond = -change - band
         if beyond > max_regression_pct:
-            regressions.append(GateRegression(f.label, base.value, f.value, change, band, beyond))
-    return BenchGate(
-        baseline.name, unit, max_regression_pct, not regressions, compared, judged, left_out, tuple(regressions),
-        min(bands, default=None), max(bands, default=None), baseline.runs,
+            regressions.append(Regression(f.label, base.value, f.value, change, band, beyond))
+    return Gate(
+        baseline.name, unit, max_regression_pct, not regressions, compared, judged, sum(left_out.values()),
+        tuple(regressions), min(bands, default=None), max(bands, default=None), baseline.runs, all_sizes, left_out,
     )  # fmt: skip

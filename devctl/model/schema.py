@@ -62,10 +62,10 @@ class Document:
 
 def documents() -> list[Document]:
     from devctl.model import (
-        bench,
         bench_collective,
         bench_matmul,
         bench_memory,
+        bench_transfer,
         check,
         distributed,
         doctor,
@@ -97,7 +97,7 @@ def documents() -> list[Document]:
         Document("env", env.SCHEMA, env.EnvironmentReport, "devctl env --json"),
         Document("check", check.CHECK_SCHEMA, check.CheckReport, "devctl check --json"),
         Document("doctor", doctor.DOCTOR_SCHEMA, doctor.DoctorReport, "devctl doctor --json"),
-        Document("bench.transfer", bench.SCHEMA, bench.TransferReport, "devctl bench transfer --json"),
+        Document("bench.transfer", bench_transfer.SCHEMA, bench_transfer.TransferReport, "devctl bench transfer --json"),
         Document("bench.memory", bench_memory.SCHEMA, bench_memory.MemoryReport, "devctl bench memory --json"),
         Document("bench.matmul", bench_matmul.SCHEMA, bench_matmul.MatmulReport, "devctl bench matmul --json"),
         Document("bench.collective", bench_collective.SCHEMA, bench_collective.CollectiveReport, "devctl bench collective --json"),

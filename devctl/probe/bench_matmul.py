@@ -11,7 +11,7 @@ C = A @ B over square matrices made on the device (normal random values, committ
 flops per call. A few rows and columns of C are checked against float64 on the host, with a tolerance that a
 lower precision than asked (TF32 or one bf16 pass for f32) would exceed, after the first call and after the last.
 
-Timed in bursts (devctl.probe.chip): each call writes its C into the buffer the call before it wrote, donated to
+Timed in bursts (devctl.probe.bench): each call writes its C into the buffer the call before it wrote, donated to
 it and not read. So a call cannot start before the one before it has defined that buffer (the calls of a burst
 run one after another, also on a backend that would run independent executions side by side), no call allocates,
 and the device holds A, B and one C however long the burst. Every call is its own execution of the compiled
@@ -20,24 +20,10 @@ program: XLA optimises within one program, never across calls, and the runtime r
 
 from __future__ import annotations
 
-import gc
-import os
-import sys
-import time
-
 from devctl.model import bench_matmul as m
-from devctl.model import to_jsonable
 from devctl.model.peaks import peak_for
-from devctl.probe.channel import emit, read_request, release_runtime
-from devctl.probe.chip import (
-    MIN_CALLS,
-    Timing,
-    environment,
-    failure_note,
-    prepare_and_time,
-    start,
-)
-from devctl.probe.transfer_devices import device_info, device_name
+from devctl.probe.bench import MIN_CALLS, Group, Recipe, run_recipe
+from devctl.probe.channel import exit_child, read_request
 
 # Rows and columns of C checked: enough to catch a wrong kernel, few enough to cost nothing next to the timing.
 CHECK_ROWS, CHECK_COLS = 4, 64
@@ -46,32 +32,37 @@ CHECK_ROWS, CHECK_COLS = 4, 64
 # (10-bit mantissa) or one bf16 pass would land near 1e-3 and fail.
 TOLERANCE = {"bf16": 2e-2, "f32": 1e-4}
 
+RECIPE = Recipe(
+    work=lambda c: c.flops,
+    scale=1e12,
+    fields=("tflops", "peak_tflops", "roof_tflops"),
+    roof=lambda dev, c: getattr(peak_for(dev.device_kind), m.ROOF_FIELD[c.dtype], None),
+    wrong=lambda c: f"the result was wrong (beyond {TOLERANCE[c.dtype]:g} of the float64 product): no TFLOP/s reported",
+    unit_word="TFLOP/s",
+)
+
 
 def main() -> int:
     opts = m.MatmulOptions.from_request(read_request())
-    started = time.monotonic()
-    began = start(opts)
-    if isinstance(began, int):
-        return began
-    jax, np, local, devices = began
-    sizes = list(opts.sizes) if opts.sizes is not None else list(m.default_sizes(devices[0].platform, opts.quick))
+    return run_recipe(opts, RECIPE, lambda jax, np, platform: plan(opts, jax, np, platform))
+
+
+def plan(opts: m.MatmulOptions, jax, np, platform: str) -> tuple[list[Group], str | None, dict]:
+    sizes = list(opts.sizes) if opts.sizes is not None else list(m.default_sizes(platform, opts.quick))
     note = None
     if opts.sizes is None and opts.quick:
-        note = "--quick: one size; the default sweep is " + ", ".join(str(n) for n in m.default_sizes(devices[0].platform, False))
-    emit(
-        "plan",
-        devices=[to_jsonable(device_info(d)) for d in devices],
-        environment=environment(jax, np, local, opts, note),
-        cells=len(devices) * len(opts.dtypes) * len(sizes),
-        sizes=sizes,
+        note = "--quick: one size; the default sweep is " + ", ".join(str(n) for n in m.default_sizes(platform, False))
+    return [group(jax, np, dtype, n) for dtype in opts.dtypes for n in sizes], note, {"sizes": sizes}
+
+
+def group(jax, np, dtype: str, n: int) -> Group:
+    """Every device at one dtype and size."""
+    return Group(
+        lambda name: m.MatmulCell(name, dtype, n, m.PRECISION[dtype], m.flops(n)),
+        m.DEVICE_COPIES * n * n * m.ELEMENT_BYTES[dtype],
+        f"n={n} {dtype} (A, B and C)",
+        lambda dev: Product(jax, np, dev, dtype, n),
     )
-    for dtype in opts.dtypes:
-        for n in sizes:
-            for c in measure_group(jax, np, devices, dtype, n, opts):
-                emit("cell", **to_jsonable(c))
-            gc.collect()  # free this group's matrices before the next one allocates
-    emit("done", elapsed_s=round(time.monotonic() - started, 3))
-    return 0
 
 
 class Product:
@@ -107,36 +98,10 @@ class Product:
         """The C of the last call checked as the first one was."""
         return _verify(self.np, self.c, *self.operands, self.dtype)
 
-
-def measure_group(jax, np, devices: list, dtype: str, n: int, opts: m.MatmulOptions) -> list[m.MatmulCell]:
-    """Every device at one dtype and size: each prepared (or skipped, with why), then timed taking turns."""
-    need = m.DEVICE_COPIES * n * n * m.ELEMENT_BYTES[dtype]
-    ready, timings, skipped = prepare_and_time(devices, need, f"n={n} {dtype} (A, B and C)", lambda dev: Product(jax, np, dev, dtype, n), opts)
-    cells = []
-    for dev in devices:
-        name = device_name(dev)
-        base = m.MatmulCell(name, dtype, n, m.PRECISION[dtype], m.flops(n))
-        if name not in timings:
-            cells.append(_replace(base, skipped=True, note=skipped.get(name, "skipped")))
-            continue
-        product = ready[name]
-        notes = []
-        if not product.in_place:
-            notes.append(f"the backend did not reuse the donated buffer: each call also allocated its result, and a burst holds {MIN_CALLS} calls")
-        wrong = f"the result was wrong (beyond {TOLERANCE[dtype]:g} of the float64 product): no TFLOP/s reported"
-        if not product.verified:
-            notes.append(wrong)
-        else:
-            try:
-                product.verified = product.last_is_right()
-                if not product.verified:
-                    notes.append(wrong + " (the last call's)")
-            except Exception as e:  # the check could not run (out of memory): the figure stands unverified
-                product.verified = False
-                notes.append(f"the final check could not run ({failure_note(e)}): no TFLOP/s reported")
-        cells.append(cell(dev, base, timings[name], product.verified, "; ".join(notes) or None))
-    ready.clear()
-    return cells
+    def last_problem(self) -> str | None:
+        if self.last_is_right():
+            return None
+        return RECIPE.wrong(self) + " (the last call's)"
 
 
 def _verify(np, c, a, b, dtype: str) -> bool:
@@ -152,34 +117,5 @@ def _verify(np, c, a, b, dtype: str) -> bool:
     return bool(np.isfinite(got).all()) and float(np.abs(got - want).max()) <= TOLERANCE[dtype] * scale
 
 
-def cell(dev, base: m.MatmulCell, timing: Timing, verified: bool, note: str | None) -> m.MatmulCell:
-    st = timing.stats()
-    tflops = base.flops / st["median_s"] / 1e12 if verified and st["median_s"] else None
-    peak = base.flops / st["min_s"] / 1e12 if tflops and st["min_s"] else None
-    known = peak_for(dev.device_kind)
-    roof = None if known is None else (known.bf16_tflops if base.dtype == "bf16" else known.f32_tflops)
-    return _replace(
-        base,
-        samples=len(timing.per_call),
-        tflops=tflops,
-        peak_tflops=peak,
-        roof_tflops=roof,
-        pct_of_roof=100 * tflops / roof if tflops and roof else None,
-        verified=verified,
-        note=note,
-        **st,
-    )
-
-
-def _replace(cell: m.MatmulCell, **changes) -> m.MatmulCell:
-    from dataclasses import replace
-
-    return replace(cell, **changes)
-
-
 if __name__ == "__main__":
-    code = main()
-    # Leave as the other probes do: past the runtimes' exit-time destructors, undoing what libtpu's would have.
-    sys.stdout.flush()
-    release_runtime()
-    os._exit(code)
+    exit_child(main)

@@ -12,67 +12,61 @@ hand back its input), it reads every byte once and writes every byte once, into 
 buffers, ping-pong), and its result is checked (y - x == 1 everywhere, on the device) so an elided or aliased copy
 fails its cell instead of reporting a bandwidth.
 
-Timed in bursts (devctl.probe.chip): each call reads the array the call before it wrote, so the calls of a burst
+Timed in bursts (devctl.probe.bench): each call reads the array the call before it wrote, so the calls of a burst
 run one after another and none can be skipped: after N calls the array holds x + N, and the cell checks that it
 does after its last call (a burst that dropped or merged calls fails its cell).
 """
 
 from __future__ import annotations
 
-import gc
-import os
-import sys
-import time
-
 from devctl.model import bench_memory as m
-from devctl.model import to_jsonable
 from devctl.model.peaks import peak_for
-from devctl.probe.channel import emit, read_request, release_runtime
-from devctl.probe.chip import (
-    MIN_CALLS,
-    Timing,
-    environment,
-    failure_note,
-    prepare_and_time,
-    start,
-)
-from devctl.probe.transfer_devices import device_info, device_name
+from devctl.probe.bench import MIN_CALLS, Group, Recipe, run_recipe
+from devctl.probe.channel import exit_child, read_request
 from devctl.units import format_size_short
+
+RECIPE = Recipe(
+    work=lambda c: c.bytes_moved,
+    scale=1e9,
+    fields=("gbps", "peak_gbps", "roof_gbps"),
+    roof=lambda dev, c: getattr(peak_for(dev.device_kind), "hbm_gbps", None),
+    wrong=lambda c: "the result was wrong (y != x + 1 or the input's own buffer): no bandwidth reported",
+    unit_word="bandwidth",
+)
 
 
 def main() -> int:
     opts = m.MemoryOptions.from_request(read_request())
-    started = time.monotonic()
-    began = start(opts)
-    if isinstance(began, int):
-        return began
-    jax, np, local, devices = began
-    sizes, note = plan_sizes(opts, devices[0].platform)
-    emit(
-        "plan",
-        devices=[to_jsonable(device_info(d)) for d in devices],
-        environment=environment(jax, np, local, opts, note),
-        cells=len(devices) * len(sizes),
-        sizes_bytes=sizes,
-    )
-    for size in sizes:
-        for c in measure_size(jax, devices, size, opts):
-            emit("cell", **to_jsonable(c))
-        gc.collect()  # free this size's buffers before the next one allocates
-    emit("done", elapsed_s=round(time.monotonic() - started, 3))
-    return 0
+    return run_recipe(opts, RECIPE, lambda jax, np, platform: plan(opts, jax, platform))
+
+
+def plan(opts: m.MemoryOptions, jax, platform: str) -> tuple[list[Group], str | None, dict]:
+    sizes, note = plan_sizes(opts, platform)
+    return [group(jax, size) for size in sizes], note, {"sizes_bytes": sizes}
 
 
 def plan_sizes(opts: m.MemoryOptions, platform: str) -> tuple[list[int], str | None]:
     if opts.sizes_bytes is not None:
         return list(opts.sizes_bytes), None
     if opts.quick:
-        return list(m.QUICK_SIZES), "--quick: one size; the default sweep is " + _sizes_text(m.default_sizes(platform))
+        return list(m.QUICK_SIZES), "--quick: one size; the default sweep is " + ", ".join(format_size_short(s) for s in m.default_sizes(platform))
     return list(m.default_sizes(platform)), None
 
 
-def _sizes_text(sizes) -> str:
-    return ", ".join(format_size_short(s) for s in sizes)
+def group(jax, size: int) -> Group:
+    """Every device at one size: y = x + 1 over the whole uint32 elements the size holds."""
+    elements = size // m.ELEMENT_BYTES
+    used = elements * m.ELEMENT_BYTES
+    if elements == 0:
+        return Group(lambda name: m.MemoryCell(name, size), 0, f"skipped: smaller than one {m.ELEMENT_BYTES}-byte element", None)
+    rounded = () if used == size else (f"rounded down to {used} bytes, a whole number of uint32 elements",)
+    return Group(
+        lambda name: m.MemoryCell(name, size, bytes_moved=2 * used),  # every byte read once and written once
+        m.DEVICE_COPIES * used,
+        f"{format_size_short(size)} (source and destination)",
+        lambda dev: Copy(jax, dev, elements),
+        rounded,
+    )
 
 
 class Copy:
@@ -112,72 +106,13 @@ class Copy:
         self.calls += 1
         return out
 
-    def every_call_ran(self) -> bool:
+    def last_problem(self) -> str | None:
         """Whether the array now holds x + the number of calls made: every call of every burst read the result of
         the one before and wrote its own."""
-        return bool(self._count_check(self.bufs[0], self.np.uint32(self.calls % (1 << 32))))
-
-
-def measure_size(jax, devices: list, size: int, opts: m.MemoryOptions) -> list[m.MemoryCell]:
-    """Every device at one size: each prepared (or skipped, with why), then timed taking turns."""
-    elements = size // m.ELEMENT_BYTES
-    if elements == 0:
-        tiny = f"skipped: smaller than one {m.ELEMENT_BYTES}-byte element"
-        return [m.MemoryCell(device_name(d), size, skipped=True, note=tiny) for d in devices]
-    used = elements * m.ELEMENT_BYTES
-    what = f"{format_size_short(size)} (source and destination)"
-    ready, timings, skipped = prepare_and_time(devices, m.DEVICE_COPIES * used, what, lambda dev: Copy(jax, dev, elements), opts)
-    rounded = None if used == size else f"rounded down to {used} bytes, a whole number of uint32 elements"
-    cells = []
-    for dev in devices:
-        name = device_name(dev)
-        if name not in timings:
-            cells.append(m.MemoryCell(name, size, skipped=True, note=skipped.get(name, "skipped")))
-            continue
-        copy = ready[name]
-        notes = [rounded] if rounded else []
-        if not copy.in_place:
-            notes.append(f"the backend did not reuse the donated buffer: each call also allocated its result, and a burst holds {MIN_CALLS} calls")
-        if not copy.verified:
-            notes.append("the result was wrong (y != x + 1 or the input's own buffer): no bandwidth reported")
-        else:
-            try:
-                copy.verified = copy.every_call_ran()
-                if not copy.verified:
-                    notes.append(f"after {copy.calls} calls the array is not x + {copy.calls}: calls were skipped or merged, no bandwidth reported")
-            except Exception as e:  # the check could not run (out of memory): the figure stands unverified
-                copy.verified = False
-                notes.append(f"the final check could not run ({failure_note(e)}): no bandwidth reported")
-        cells.append(cell(dev, name, size, used, timings[name], copy.verified, "; ".join(notes) or None))
-    ready.clear()
-    return cells
-
-
-def cell(dev, name: str, size: int, used: int, timing: Timing, verified: bool, note: str | None) -> m.MemoryCell:
-    st = timing.stats()
-    moved = 2 * used  # every byte read once and written once
-    gbps = moved / st["median_s"] / 1e9 if verified and st["median_s"] else None
-    peak = moved / st["min_s"] / 1e9 if gbps and st["min_s"] else None
-    known = peak_for(dev.device_kind)
-    roof = known.hbm_gbps if known is not None else None
-    return m.MemoryCell(
-        device=name,
-        size_bytes=size,
-        bytes_moved=moved,
-        samples=len(timing.per_call),
-        gbps=gbps,
-        peak_gbps=peak,
-        roof_gbps=roof,
-        pct_of_roof=100 * gbps / roof if gbps and roof else None,
-        verified=verified,
-        note=note,
-        **st,
-    )
+        if bool(self._count_check(self.bufs[0], self.np.uint32(self.calls % (1 << 32)))):
+            return None
+        return f"after {self.calls} calls the array is not x + {self.calls}: calls were skipped or merged, no bandwidth reported"
 
 
 if __name__ == "__main__":
-    code = main()
-    # Leave as the other probes do: past the runtimes' exit-time destructors, undoing what libtpu's would have.
-    sys.stdout.flush()
-    release_runtime()
-    os._exit(code)
+    exit_child(main)

@@ -15,6 +15,7 @@ import signal
 import stat
 import sys
 import threading
+from typing import Callable
 
 FD_ENV = "DEVCTL_PROBE_FD"
 # "<fd>:<pid>": the read end of the lifeline pipe, whose write end only devctl (pid) holds.
@@ -70,6 +71,16 @@ def _names(directory: str) -> frozenset[str] | None:
 # What this child found before any runtime could start: only what appears later can be its own.
 _LOCKFILE_AT_START = _identity(LIBTPU_LOCKFILE)
 _LOG_NAMES_AT_START = _names(LIBTPU_LOG_DIR)
+
+
+def exit_child(main: Callable[[], int]) -> None:
+    """Run a probe child's `main` and leave as every probe does: past the runtimes' exit-time destructors (some hang
+    or abort) and past JAX's atexit shutdown (which would wait for peers that may be gone), undoing first what
+    libtpu's exit handler would have undone."""
+    code = main()
+    sys.stdout.flush()
+    release_runtime()
+    os._exit(code)
 
 
 def release_runtime() -> None:

@@ -21,13 +21,15 @@ import gc
 import math
 import os
 import platform
-import sys
 import time
 from dataclasses import dataclass, field
 
 from devctl.model import bench_collective as m
 from devctl.model import to_jsonable
-from devctl.probe.channel import emit, read_request, release_runtime
+from devctl.model.bench import BURST_MIN_S
+from devctl.model.timing import sample_stats, single_timing
+from devctl.probe.bench import MAX_CALLS, MIN_CALLS, SINGLE_FIRST, begin, failure_note
+from devctl.probe.channel import emit, exit_child
 from devctl.probe.collective_cluster import Agreement, join_cluster, leave
 from devctl.probe.collective_ops import (
     Layout,
@@ -37,13 +39,16 @@ from devctl.probe.collective_ops import (
     elements,
     import_shard_map,
     make_input,
+    output_is_right,
 )
 from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, dist_version
-from devctl.probe.transfer_measure import host_available_bytes, sample_stats
+from devctl.probe.transfer_measure import host_available_bytes
 from devctl.units import format_bytes, format_seconds, format_size_short
 
 # A cell of tiny calls has said all it can long before its budget: no more samples than this.
 MAX_SAMPLES = 200
+# Outputs a burst may have in flight at once (calls of a burst whose outputs are not chained each allocate one).
+BURST_MEMORY_BYTES = 1 << 30
 HEARTBEAT_S = 2.0
 # Device memory a cell may take: its input and output, and XLA's scratch, against what is free.
 MEMORY_FACTOR = 1.5
@@ -56,14 +61,10 @@ class UsageProblem(Exception):
 
 
 def main() -> int:
-    opts = m.CollectiveOptions.from_request(read_request())
-    started = time.monotonic()
-    try:
-        import jax
-        import numpy as np
-    except Exception as e:  # a broken install is worth a line, not a traceback
-        emit("error", kind="import", message=f"cannot import jax: {type(e).__name__}: {e}")
+    began = begin(m.CollectiveOptions)
+    if began is None:
         return 1
+    opts, started, jax, np = began
     agreement = Agreement()
     if opts.cluster is not None:
         try:
@@ -247,15 +248,24 @@ class Bench:
             t0 = time.perf_counter()
             compiled = compiled_collective(self.jax, self.layout, "ppermute-pair" if pair else collective, axis.name, axis.size, x, pair)
             compile_s = time.perf_counter() - t0
-            samples = self._time(compiled, x)
+            name = "ppermute-pair" if pair else collective
+            stats = self._time(
+                compiled, x, burst=measured > m.LATENCY_MAX_BYTES, out_bytes=m.output_bytes(collective, measured, axis.size),
+                chain=name in ("all-reduce", "all-to-all", "ppermute", "ppermute-pair"),
+            )  # fmt: skip
+            # The result of one more call, checked: a collective that moved the wrong blocks, or none, has no figure.
+            verified = output_is_right(self.np, self.layout, axis.name, "ppermute-pair" if pair else collective, compiled(x), pair)
         except Exception as e:  # an out-of-memory or a backend refusal costs this cell, not the run
-            return m.CollectiveCell(**what, skipped=True, note=_failure_note(e))
+            return m.CollectiveCell(**what, skipped=True, note=failure_note(e))
         finally:
             del x, compiled
             gc.collect()  # free this cell's buffers before the next one allocates
-        stats = sample_stats(samples)
-        algbw, busbw = m.bandwidths(collective, measured, n, stats["median_s"])
-        return m.CollectiveCell(**what, samples=len(samples), **stats, algbw_gbps=algbw, busbw_gbps=busbw, compile_s=round(compile_s, 6), note=note)
+        algbw, busbw = m.bandwidths(collective, measured, n, stats["median_s"]) if verified else (None, None)
+        if not verified:
+            note = "; ".join(filter(None, [note, "the result was wrong (not what the collective gives on these inputs): no bandwidth reported"]))
+        return m.CollectiveCell(
+            **what, **stats, algbw_gbps=algbw, busbw_gbps=busbw, compile_s=round(compile_s, 6), verified=verified, note=note
+        )
 
     def _cannot_fit(self, collective: str, size: int, n: int) -> str | None:
         per_device = int((m.input_bytes(collective, size, n) + m.output_bytes(collective, size, n)) * MEMORY_FACTOR)
@@ -272,38 +282,65 @@ class Bench:
                 return f"skipped: needs about {format_bytes(per_device)} on {device_name(d)}, {format_bytes(free)} free"
         return None
 
-    def _time(self, compiled, x) -> list[float]:
-        """Warm-ups, then a number of timed calls agreed by every process: --repeats at least, more while the
-        --budget lasts (from the last warm-up's time), at most MAX_SAMPLES."""
+    def _time(self, compiled, x, *, burst: bool, out_bytes: int, chain: bool) -> dict:
+        """Warm-ups, then samples agreed by every process: --repeats at least, more while the --budget lasts (from
+        the last warm-up's time), at most MAX_SAMPLES; the cell's Timing fields.
+
+        A latency cell (`burst` false) times one call and its block_until_ready per sample: there the launch and
+        the sync are the figure. A bandwidth cell times a burst of K calls between two synchronisations (K from the
+        warm-up's time, so that a burst lasts BURST_MIN_S, and from BURST_MEMORY_BYTES of outputs in flight; the
+        same K on every process), and one call alone before each of the first SINGLE_FIRST bursts, for the
+        per-call overhead. Where the output has the input's shape (`chain`: all-reduce, all-to-all, ppermute) each
+        call takes the one before's output, so the calls of a burst run one after another."""
         opts = self.opts
         warm_s = None
-        for _ in range(opts.warmups):
+        for _ in range(max(opts.warmups, 1 if burst else 0)):
             t0 = time.perf_counter()
             compiled(x).block_until_ready()
             warm_s = time.perf_counter() - t0
+        calls = 1
+        if burst and warm_s:
+            by_memory = max(MIN_CALLS, BURST_MEMORY_BYTES // max(out_bytes, 1))
+            calls = max(MIN_CALLS, min(MAX_CALLS, by_memory, math.ceil(BURST_MIN_S / warm_s)))
+        calls = int(self.agreement.agree(calls))
         count = opts.repeats
         if warm_s:
-            count = max(opts.repeats, min(MAX_SAMPLES, int(opts.budget_s / warm_s)))
+            count = max(opts.repeats, min(MAX_SAMPLES, int(opts.budget_s / (warm_s * calls))))
         count = int(self.agreement.agree(count))
         emit("tick", samples=0)
         samples: list[float] = []
+        singles: list[float] = []
         last_beat = time.perf_counter()
         gc.disable()  # a collection inside a timed call would be charged to the collective
         try:
-            for _ in range(count):
+            for i in range(count):
+                if calls > 1 and i < SINGLE_FIRST:
+                    t0 = time.perf_counter_ns()
+                    compiled(x).block_until_ready()
+                    singles.append((time.perf_counter_ns() - t0) / 1e9)
                 t0 = time.perf_counter_ns()
-                out = compiled(x)
+                out = x
+                for _ in range(calls):
+                    out = compiled(out if chain else x)
                 out.block_until_ready()
                 t1 = time.perf_counter_ns()
                 del out
-                samples.append((t1 - t0) / 1e9)
+                samples.append((t1 - t0) / 1e9 / calls)
                 now = time.perf_counter()
                 if now - last_beat >= HEARTBEAT_S:
                     emit("tick", samples=len(samples))
                     last_beat = now
         finally:
             gc.enable()
-        return samples
+        if calls == 1:
+            return single_timing(samples)
+        per_call = sample_stats(samples)
+        single = sample_stats(singles)["median_s"]
+        extra = sample_stats([a - b for a, b in zip(singles, samples)])["median_s"]
+        return {
+            "method": "burst", "samples": len(samples), "calls_per_sample": calls, **per_call,
+            "single_call_s": single, "call_overhead_s": max(0.0, extra) if extra is not None else None,
+        }  # fmt: skip
 
     def _figure(self, cell: m.CollectiveCell) -> dict:
         return {k: getattr(cell, k) for k in ("collective", "axis", "size_bytes", "dtype", "median_s", "busbw_gbps")}
@@ -339,23 +376,10 @@ def _np_dtype(np, name: str):
     return np.dtype(name)
 
 
-def _failure_note(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    first = text.split(". ")[0][:200]
-    if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower():
-        return f"skipped: out of memory ({first})"
-    return f"failed: {type(e).__name__}: {first}"
-
-
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
 
 
 if __name__ == "__main__":
-    code = main()
-    # Leave as the other probes do: past the runtimes' exit-time destructors (some hang or abort), and past
-    # JAX's atexit shutdown, which would wait for peers that may be gone.
-    sys.stdout.flush()
-    release_runtime()
-    os._exit(code)
+    exit_child(main)

@@ -95,14 +95,70 @@ def compiled_collective(jax, layout: Layout, collective: str, axis: str, n: int,
     return jax.jit(fn).lower(x).compile()
 
 
+# Each device's input block holds one value, its block's index in the mesh (row-major) mod 7, plus 1: small
+# integers, exact in every dtype measured (int8 and bfloat16 included) even summed over 36 ranks, and different
+# from device to device, so a collective that moved the wrong block, or none, gives a wrong result.
+_VALUES = 7
+
+
+def block_value(index: int) -> int:
+    return index % _VALUES + 1
+
+
 def make_input(jax, layout: Layout, local_elements: int, dtype: str):
     """The sharded input, created on the devices themselves (no host copy; every process of a cluster makes its own
-    shards the same way)."""
+    shards the same way): each device's block filled with block_value of its index."""
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
 
-    total = local_elements * math.prod(layout.shape)
+    blocks = math.prod(layout.shape)
     sharding = NamedSharding(layout.mesh, layout.spec())
-    x = jax.jit(lambda: jnp.ones((total,), dtype=jnp.dtype(dtype)), out_shardings=sharding)()
+
+    def make():
+        values = (jnp.arange(blocks, dtype=jnp.int32) % _VALUES + 1).astype(jnp.dtype(dtype))
+        return jnp.broadcast_to(values[:, None], (blocks, local_elements)).reshape(blocks * local_elements)
+
+    x = jax.jit(make, out_shardings=sharding)()
     x.block_until_ready()
     return x
+
+
+# Elements of each output block checked: all of a small block, an even spread of a large one (every chunk of an
+# all-gather or all-to-all has some), fetched from the device alone.
+CHECK_ELEMENTS = 4096
+
+
+def expected(np, collective: str, position: int, values: list[int], length: int, at, pair: tuple[int, int] | None = None):
+    """What the output block of the device at `position` on its axis group holds at indices `at`: `values` are the
+    group's input values in axis order, `length` its output block's length."""
+    n = len(values)
+    if collective in ("all-reduce", "reduce-scatter"):
+        return np.full(len(at), sum(values))
+    if collective in ("all-gather", "all-to-all"):  # chunk k of the block came from rank k
+        return np.asarray(values)[np.asarray(at) // (length // n)]
+    if collective == "ppermute":  # the ring i -> i+1
+        return np.full(len(at), values[(position - 1) % n])
+    if collective == "ppermute-pair" and pair is not None:  # only the destination receives; the others get zeros
+        return np.full(len(at), values[pair[0]] if position == pair[1] else 0)
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+def block_is_right(np, collective: str, position: int, values: list[int], block, pair: tuple[int, int] | None = None) -> bool:
+    """Whether one device's output block (a host array, or an object indexable by an index array) is what the
+    collective over its group's inputs gives, at CHECK_ELEMENTS indices spread over it."""
+    length = len(block)
+    at = np.unique(np.linspace(0, length - 1, min(length, CHECK_ELEMENTS)).astype(np.int64)) if length else np.zeros(0, np.int64)
+    got = np.asarray(block[at]).astype(np.float64)
+    return bool(np.array_equal(got, expected(np, collective, position, values, length, at, pair).astype(np.float64)))
+
+
+def output_is_right(np, layout: Layout, axis: str, collective: str, out, pair: tuple[int, int] | None = None) -> bool:
+    """Every output block this process holds checked against its group's inputs (block_is_right)."""
+    flat = list(np.asarray(layout.mesh.devices).flat)
+    value = {d: block_value(i) for i, d in enumerate(flat)}
+    where = {d: (i, [value[g] for g in group]) for group in axis_groups(layout, np, axis) for i, d in enumerate(group)}
+    for shard in out.addressable_shards:
+        position, values = where[shard.device]
+        if not block_is_right(np, collective, position, values, shard.data.reshape(-1), pair):
+            return False
+    return True

@@ -22,7 +22,7 @@ import os
 import sys
 
 from devctl.model import from_dict
-from devctl.model.bench import Cell
+from devctl.model.bench_transfer import Cell
 from devctl.model.check import DeviceTrial, HealthProbeResult
 from devctl.probe.backends import PJRT_ENV
 from devctl.probe.runner import Child, collect, send_request, start_child
@@ -258,7 +258,7 @@ def _bandwidth(jax, np, emit, *, all_devices: bool) -> None:
     emit("phase", kind="bandwidth", name="h2d")
     try:
         # The bench's own method (fresh sources, warm-ups, verified bytes), cut to one size.
-        from devctl.model.bench import TransferOptions
+        from devctl.model.bench_transfer import TransferOptions
         from devctl.probe.transfer import Bench
 
         opts = TransferOptions(

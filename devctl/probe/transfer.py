@@ -23,18 +23,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
-import platform
-import sys
 import time
 from dataclasses import replace
 
-from devctl.model import bench as m
+from devctl.model import bench_transfer as m
 from devctl.model import to_jsonable
-from devctl.probe.channel import emit, read_request, release_runtime
-from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, dist_version, memory_kinds
+from devctl.model.timing import sample_stats, single_timing
+from devctl.probe.bench import begin, failure_note, host_environment
+from devctl.probe.channel import emit, exit_child
+from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, memory_kinds
 from devctl.probe.transfer_links import LINK_SAMPLE_MIN_BYTES, read_nvml_links, sample_link
-from devctl.probe.transfer_measure import HostBuffers, host_available_bytes, moved_bytes, ranges, sample_stats
+from devctl.probe.transfer_measure import HostBuffers, host_available_bytes, moved_bytes, ranges
 from devctl.probe.transfer_plan import DEVICE_COPIES, Plan, Spec, UsageProblem, devices_involved, zero_copy_note
 from devctl.probe.transfer_recipes import Recipes, Transfer
 from devctl.units import format_bytes
@@ -52,14 +51,10 @@ ROOF_MIN_TIME_S = 0.05
 
 
 def main() -> int:
-    opts = m.TransferOptions.from_request(read_request())
-    started = time.monotonic()
-    try:
-        import jax
-        import numpy as np
-    except Exception as e:  # a broken install is worth a line, not a traceback
-        emit("error", kind="import", message=f"cannot import jax: {type(e).__name__}: {e}")
+    began = begin(m.TransferOptions)
+    if began is None:
         return 1
+    opts, started, jax, np = began
     try:
         bench = Bench(opts, jax, np)
     except Exception as e:  # no backend could start: the parent reports it in one line
@@ -100,7 +95,7 @@ class Bench(Plan, Recipes):
                 "plan",
                 devices=[to_jsonable(device_info(d)) for d in self.local],
                 environment=self._environment(),
-                cells=sum(len(g) for g in groups),
+                cells=sum(not _no_pair(s) for g in groups for s in g),  # what the progress bar counts: cells that run
                 sizes_bytes=self.sizes,
             )
             for size, specs in zip(self.sizes, groups):
@@ -117,7 +112,7 @@ class Bench(Plan, Recipes):
             why = f"skipped: needs about {format_bytes(host_need)} of host memory, {format_bytes(avail)} available"
             emit("roof", **to_jsonable(m.MemcpyRoof(size, 0, None, None, why)))
             for s in specs:
-                emit("cell", **to_jsonable(self._skipped(s, why)))
+                emit("cell", **to_jsonable(self._skipped(s, why)), **({"counted": False} if _no_pair(s) else {}))
             return
         try:
             host = HostBuffers(np, size)
@@ -125,13 +120,13 @@ class Bench(Plan, Recipes):
             why = f"skipped: could not allocate {format_bytes(size)} of host memory"
             emit("roof", **to_jsonable(m.MemcpyRoof(size, 0, None, None, why)))
             for s in specs:
-                emit("cell", **to_jsonable(self._skipped(s, why)))
+                emit("cell", **to_jsonable(self._skipped(s, why)), **({"counted": False} if _no_pair(s) else {}))
             return
         roof = self._memcpy_roof(host)
         emit("roof", **to_jsonable(roof))
         for spec in specs:
             cell = self._run_cell(spec, host, roof)
-            emit("cell", **to_jsonable(cell))
+            emit("cell", **to_jsonable(cell), **({"counted": False} if _no_pair(spec) else {}))
             gc.collect()  # free this cell's device buffers before the next one allocates
         del host
         gc.collect()
@@ -165,7 +160,7 @@ class Bench(Plan, Recipes):
                 transfer.prepare, transfer.op, transfer.sources, transfer.consumes_source, warmed=verified is not None
             )
         except Exception as e:  # an out-of-memory or a backend refusal costs this cell, not the run
-            return self._skipped(spec, _failure_note(e))
+            return self._skipped(spec, failure_note(e))
         finally:
             transfer = None
             gc.enable()
@@ -173,7 +168,7 @@ class Bench(Plan, Recipes):
         return self._cell(spec, samples, moved_bytes, verified, roof, note)
 
     def _cannot_run(self, spec: Spec) -> str | None:
-        if spec.direction == "d2d" and spec.dst is None:
+        if _no_pair(spec):
             return "skipped: device-to-device needs at least 2 devices"
         if spec.layout != "single" and spec.direction == "d2d" and len(self.local) < 2:
             return "skipped: device-to-device needs at least 2 devices"
@@ -276,7 +271,7 @@ class Bench(Plan, Recipes):
         return samples, moved
 
     def _cell(self, spec: Spec, samples, moved, verified, roof: m.MemcpyRoof, note) -> m.Cell:
-        st = sample_stats(samples)
+        st = single_timing(samples)
         zero = moved == 0
         involved = devices_involved(spec)
         gbps = None if zero or moved is None or not st["median_s"] else moved / st["median_s"] / 1e9
@@ -290,7 +285,6 @@ class Bench(Plan, Recipes):
         return m.Cell(
             **self._what(spec),
             bytes_moved=moved,
-            samples=len(samples),
             gbps=gbps,
             peak_gbps=peak,
             per_device_gbps=per_dev,
@@ -340,7 +334,7 @@ class Bench(Plan, Recipes):
 
     def _what(self, spec: Spec) -> dict:
         """The fields that say which cell this is: the same whether it ran or was skipped."""
-        d2d_alone = spec.direction == "d2d" and spec.dst is None  # one device: nothing to copy to
+        d2d_alone = _no_pair(spec)  # one device: nothing to copy to
         return dict(
             direction=spec.direction,
             variant=spec.variant,
@@ -371,24 +365,8 @@ class Bench(Plan, Recipes):
                 self.links[d.id] = sample_link(link)
 
     def _environment(self) -> dict:
-        jax, np = self.jax, self.np
-        backend = self.local[0].client
-        try:
-            affinity = sorted(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            affinity = None
         return {
-            "python": platform.python_version(),
-            "jax": jax.__version__,
-            "jaxlib": dist_version("jaxlib"),
-            "numpy": np.__version__,
-            "backend": getattr(backend, "platform", None),
-            "platform_version": getattr(backend, "platform_version", None),
-            "hostname": platform.node(),
-            "cpu_count": os.cpu_count(),
-            "cpu_affinity": affinity,
-            "xla_flags": os.environ.get("XLA_FLAGS"),
-            "jax_platforms": os.environ.get("JAX_PLATFORMS"),
+            **host_environment(self.jax, self.np, self.local),
             "sizes_bytes": self.sizes,
             "sweep_note": self.sweep_note,
             "pairs_note": self.pairs_note,
@@ -401,18 +379,10 @@ class Bench(Plan, Recipes):
         }
 
 
-def _failure_note(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    first = text.split(". ")[0][:200]
-    if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower():
-        return f"skipped: out of memory ({first})"
-    return f"failed: {type(e).__name__}: {first}"
+def _no_pair(spec: Spec) -> bool:
+    """A d2d cell of a run with one device: planned so the report says why, never run, not counted as progress."""
+    return spec.direction == "d2d" and spec.dst is None
 
 
 if __name__ == "__main__":
-    code = main()
-    # Leave as the backend probe does: past the runtimes' exit-time destructors (some hang or abort),
-    # undoing first what libtpu's exit handler would have undone.
-    sys.stdout.flush()
-    release_runtime()
-    os._exit(code)
+    exit_child(main)

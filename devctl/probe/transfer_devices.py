@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from devctl.model import bench as m
+from devctl.model.bench import BenchDevice
 
 
 def device_name(dev) -> str:
@@ -34,9 +34,9 @@ def device_free_bytes(dev) -> int | None:
     return max(int(limit) - int(st.get("bytes_in_use", 0)), 0)
 
 
-def device_info(dev) -> m.BenchDevice:
+def device_info(dev) -> BenchDevice:
     limit = device_stats(dev).get("bytes_limit")
-    return m.BenchDevice(
+    return BenchDevice(
         id=dev.id,
         name=device_name(dev),
         platform=dev.platform,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from devctl.model import bench as m
+from devctl.model import bench_transfer as m
 from devctl.probe.transfer_devices import device_name
 
 # Read the PCIe link state after transfers at least this large (small ones may not wake a power-saving link).

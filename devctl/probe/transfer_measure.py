@@ -3,8 +3,6 @@ copy from a zero-copy view, and the statistics of a cell's samples."""
 
 from __future__ import annotations
 
-from devctl.units import percentile
-
 # A prime period, so a shard or page landing at the wrong offset never matches the expected bytes by accident.
 PATTERN_PERIOD = 65521
 
@@ -66,28 +64,6 @@ def overlaps(a: list, b: list) -> bool:
 def moved_bytes(result: list, sources: list) -> int:
     """Bytes of the result that are not the source's own memory."""
     return sum(n for p, n in result if not overlaps([(p, n)], sources))
-
-
-def sample_stats(samples: list[float]) -> dict:
-    keys = ("min_s", "p10_s", "median_s", "p90_s", "max_s", "mean_s", "cv")
-    if not samples:
-        return dict.fromkeys(keys)
-    s = sorted(samples)
-    n = len(s)
-    mean = sum(s) / n
-    cv = None
-    if n > 1 and mean > 0:
-        var = sum((x - mean) ** 2 for x in s) / (n - 1)
-        cv = var**0.5 / mean
-    return {
-        "min_s": s[0],
-        "p10_s": percentile(s, 10),
-        "median_s": percentile(s, 50),
-        "p90_s": percentile(s, 90),
-        "max_s": s[-1],
-        "mean_s": mean,
-        "cv": cv,
-    }
 
 
 def host_available_bytes() -> int | None:

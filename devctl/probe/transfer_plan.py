@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from devctl.model import bench as m
+from devctl.model import bench_transfer as m
 from devctl.probe.transfer_devices import device_free_bytes, device_name, memory_kinds
 from devctl.units import format_bytes, format_size_short
 

@@ -12,27 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.bench_collective import CollectiveCell, CollectiveReport
+from devctl.render.bench import bar, boxed_table, print_view
 from devctl.units import figure, format_seconds, format_size_short
 
 BAR_WIDTH = 32
 
 
 def collective_text(report: CollectiveReport) -> None:
-    from devctl.render.console import out, print_lines, say
-
     rows = [c for c in report.results if c.collective != "ppermute-pair"]
-    if rows:
-        print_lines(_results_table(rows))
-    for matrix in _pair_matrices(report.results):
-        out().print()
-        print_lines(matrix)
-    chart = chart_lines(rows)
-    if chart:
-        out().print()
-        print_lines(chart)
-    out().print()
-    for line in summary_lines(report):
-        say(line, hang="  ")
+    print_view(_results_table(rows) if rows else [], [*_pair_matrices(report.results), chart_lines(rows)], summary_lines(report))
 
 
 def _gbps(value: float | None) -> str:
@@ -56,7 +44,6 @@ def _spread(c: CollectiveCell) -> str:
 
 
 def _results_table(cells: list[CollectiveCell]) -> list:
-    from devctl.render.bench import _table  # one rule for when a table is boxed, shared with bench transfer
     from devctl.render.console import Column
 
     columns = [
@@ -79,7 +66,7 @@ def _results_table(cells: list[CollectiveCell]) -> list:
         ]
         for c in cells
     ]  # fmt: skip
-    return _table(columns, rows, "devctl bench collective (GB/s, decimal)")
+    return boxed_table(columns, rows, "devctl bench collective (GB/s, decimal)")
 
 
 def _pair_groups(cells) -> dict:
@@ -91,7 +78,6 @@ def _pair_groups(cells) -> dict:
 
 
 def _pair_matrices(cells) -> list[list]:
-    from devctl.render.bench import _table
     from devctl.render.console import Column
 
     out = []
@@ -102,13 +88,12 @@ def _pair_matrices(cells) -> list[list]:
         columns = [Column("")] + [Column(str(d), "right", short=str(d).partition(":")[2] or None) for d in names]
         rows = [[s, *[(_busbw(by_pair[(s, d)]) if (s, d) in by_pair else "") for d in names]] for s in names]
         title = f"ppermute GB/s on axis {axis} at {format_size_short(size)} {dtype}, source (rows) → destination (columns)"
-        out.append(_table(columns, rows, title))
+        out.append(boxed_table(columns, rows, title))
     return out
 
 
 def chart_lines(cells, width: int | None = None) -> list[str]:
     """Bus bandwidth against size, one block of bars per collective and axis, `width` cells wide at most."""
-    from devctl.render.bench import bar
     from devctl.render.console import out, wrap
 
     width = out().width if width is None else width

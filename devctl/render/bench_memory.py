@@ -1,54 +1,23 @@
-"""`devctl bench memory` output: a row per device and size, then each device's best GB/s against its roof and its
-peers, and the stragglers named. At 80 columns the p10-p90 spread gives way first (it stays in --json), then a
-note goes on a line under its row."""
+"""`devctl bench memory` output: a row per device and size, then the view every per-device bench shares
+(devctl.render.bench.per_device_text)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from devctl.model.bench_memory import MemoryReport
-from devctl.render.bench_chip import comparison_lines, comparison_table, overhead_line, pct, spread
-from devctl.units import figure, format_seconds, format_size_short
+from devctl.render.bench import per_device_text
+from devctl.units import format_size_short
 
 
-def memory_text(report: MemoryReport) -> None:
-    from devctl.render.console import Column, out, print_lines, say, table_lines
+def memory_text(report: MemoryReport, verbose: bool = False) -> None:
+    from devctl.render.console import Column
 
-    notes = any(c.note for c in report.results)
-    columns = [
-        Column("device"),
-        Column("size", "right"),
-        Column("median", "right", priority=2, detail=False),  # GB/s and the size say it too
-        Column("p10 – p90", "right", priority=4, detail=False),  # the spread: in --json
-        Column("GB/s", "right"),
-        Column("% of roof", "right", short="% roof"),
-        *([Column("note", priority=3)] if notes else []),
-    ]
-    rows = []
-    for c in report.results:
-        gbps = "skipped" if c.skipped else figure(c.gbps)
-        rows.append([c.device, format_size_short(c.size_bytes), format_seconds(c.median_s), spread(c.p10_s, c.p90_s),
-                     gbps, pct(c.pct_of_roof), *([c.note or ""] if notes else [])])  # fmt: skip
-    print_lines(table_lines(columns, rows, title="devctl bench memory (copy: read + write)"))
-    out().print()
-    print_lines(comparison_table(report.comparison, "Per device: best median GB/s over the sizes, against the roof and the others", format_size_short))
-    out().print()
-    for line in summary_lines(report):
-        say(line, hang="  ")
-
-
-def summary_lines(report: MemoryReport) -> list[str]:
-    lines = comparison_lines(report.comparison, "memory")
-    overhead = overhead_line(report.results)
-    if overhead:
-        lines.append(overhead)
-    note = report.environment.get("sweep_note")
-    if note:
-        lines.append(f"Note: {note}")
-    if report.environment.get("quick") and any(comp.stragglers for comp in [report.comparison]):
-        lines.append("Note: --quick takes few samples, and a busy machine can slow one device for a moment: rerun without --quick before acting on a straggler")
-    lines.append(f"Method: {report.method}")
-    return lines
+    per_device_text(
+        report, "devctl bench memory (copy: read + write)", [Column("device"), Column("size", "right")],
+        lambda c: [c.device, format_size_short(c.size_bytes)], lambda c: c.gbps, [report.comparison],
+        lambda comp: "memory", format_size_short, verbose,
+    )  # fmt: skip
 
 
 def csv_rows(report: MemoryReport) -> tuple[list[str], list[list[Any]]]:

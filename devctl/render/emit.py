@@ -47,15 +47,16 @@ TABLES: dict[str, tuple[str, str]] = {
     "devctl.env/1": ("env", "render_environment"),
     "devctl.check/1": ("check", "render_check"),
     "devctl.doctor/1": ("doctor", "render_doctor"),
-    "devctl.bench.transfer/1": ("bench", "transfer_text"),
-    "devctl.bench.memory/1": ("bench_memory", "memory_text"),
-    "devctl.bench.matmul/1": ("bench_matmul", "matmul_text"),
-    "devctl.bench.collective/1": ("bench_collective", "collective_text"),
+    "devctl.bench.transfer/2": ("bench_transfer", "transfer_text"),
+    "devctl.bench.memory/2": ("bench_memory", "memory_text"),
+    "devctl.bench.matmul/2": ("bench_matmul", "matmul_text"),
+    "devctl.bench.collective/2": ("bench_collective", "collective_text"),
 }
 
 
-def emit(report: Any, json_out: bool, *, csv_out: bool = False) -> None:
-    """Print one command's report on stdout: its JSON document, its CSV, or its table."""
+def emit(report: Any, json_out: bool, *, csv_out: bool = False, verbose: bool = False) -> None:
+    """Print one command's report on stdout: its JSON document, its CSV, or its table (with `verbose`, the table
+    view's longer form: a bench's method)."""
     if json_out:
         write_record(json.dumps(json_document(report), indent=2, default=str) + "\n", "the JSON document")
         return
@@ -65,7 +66,7 @@ def emit(report: Any, json_out: bool, *, csv_out: bool = False) -> None:
         header, rows = renderer.csv_rows(report)
         write_csv(header, rows)
         return
-    getattr(renderer, function)(report)
+    getattr(renderer, function)(report, **({"verbose": True} if verbose else {}))
 
 
 def has_csv(schema: str) -> bool:

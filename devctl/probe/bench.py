@@ -28,10 +28,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from devctl.model.bench_chip import BURST_MIN_S, ChipOptions
-from devctl.probe.channel import emit
+from devctl.model.bench import BURST_MIN_S, ChipOptions
+from devctl.model.timing import sample_stats
+from devctl.probe.channel import emit, read_request
 from devctl.probe.transfer_devices import device_free_bytes, device_name, dist_version
-from devctl.probe.transfer_measure import host_available_bytes, sample_stats
+from devctl.probe.transfer_measure import host_available_bytes
 from devctl.units import format_bytes
 
 # Above this many samples a cell has said all it can.
@@ -64,6 +65,15 @@ def import_jax() -> tuple[Any, Any] | None:
         emit("error", kind="import", message=f"cannot import jax: {type(e).__name__}: {e}")
         return None
     return jax, np
+
+
+def begin(options: Any) -> tuple[Any, float, Any, Any] | None:
+    """A bench child's start: its request read as `options` (the options dataclass), when it started, jax and numpy;
+    None after an error event when jax cannot be imported."""
+    opts = options.from_request(read_request())
+    started = time.monotonic()
+    imported = import_jax()
+    return None if imported is None else (opts, started, *imported)
 
 
 def local_devices(jax) -> list | None:
@@ -178,7 +188,7 @@ class Timing:
         single = sample_stats(self.single)["median_s"]
         extra = sample_stats(self.extra)["median_s"]
         overhead = max(0.0, extra) if extra is not None else None
-        return {**st, "calls_per_sample": self.calls_per_sample, "single_call_s": single, "call_overhead_s": overhead}
+        return {"method": "burst", "samples": len(self.per_call), **st, "calls_per_sample": self.calls_per_sample, "single_call_s": single, "call_overhead_s": overhead}
 
 
 def burst(call: Callable[[], Any], calls: int) -> float:
@@ -277,6 +287,19 @@ def time_interleaved(calls: dict[str, Callable[[], Any]], opts: ChipOptions) -> 
 
 
 def environment(jax, np, local: list, opts: ChipOptions, sweep_note: str | None) -> dict:
+    return {
+        **host_environment(jax, np, local),
+        "repeats": opts.repeats,
+        "min_time_s": opts.min_time_s,
+        "warmups": opts.warmups,
+        "quick": opts.quick,
+        "burst_min_s": BURST_MIN_S,
+        "sweep_note": sweep_note,
+    }
+
+
+def host_environment(jax, np, local: list) -> dict:
+    """What every bench's run was on: versions, the machine, the settings of the environment that change it."""
     backend = local[0].client
     try:
         affinity = sorted(os.sched_getaffinity(0))
@@ -294,10 +317,126 @@ def environment(jax, np, local: list, opts: ChipOptions, sweep_note: str | None)
         "cpu_affinity": affinity,
         "xla_flags": os.environ.get("XLA_FLAGS"),
         "jax_platforms": os.environ.get("JAX_PLATFORMS"),
-        "repeats": opts.repeats,
-        "min_time_s": opts.min_time_s,
-        "warmups": opts.warmups,
-        "quick": opts.quick,
-        "burst_min_s": BURST_MIN_S,
-        "sweep_note": sweep_note,
     }
+
+
+# ---- the per-device engine: bench memory and bench matmul are recipes run by it -------------------------------
+
+
+@dataclass
+class Group:
+    """Cells measured together, every device taking turns: a recipe's unit of work (one size; one dtype and size)."""
+
+    base: Callable[[str], Any]  # device name -> its cell without figures (the recipe's cell dataclass)
+    need_bytes: int  # device memory one device's cell holds
+    what: str  # how a skipped cell names what did not fit
+    make: Callable[[Any], Any] | None  # device -> its prepared call (see Prepared); None: every cell skipped, `what` says why
+    notes: tuple[str, ...] = ()  # what to know about every cell of the group (a size rounded down)
+
+
+class Prepared:
+    """What a recipe's `make` returns: a call that feeds each result to the next, checked after its first call
+    (`verified`) and, once timed, after its last (`last_problem`); `in_place`: the donated buffer was reused, and
+    `max_burst` (devctl.probe.bench.burst_limit) where it was not."""
+
+    verified: bool
+    in_place: bool
+    max_burst: int | None
+
+    def __call__(self) -> Any: ...
+
+    def last_problem(self) -> str | None:
+        """Why the result after the last call is wrong; None when it is right."""
+
+
+@dataclass
+class Recipe:
+    """A per-device bench: its groups, the work one call does, the figure's fields and its roof."""
+
+    work: Callable[[Any], int]  # a cell -> bytes moved or flops per call
+    scale: float  # work per second -> the figure's unit (1e9: GB/s; 1e12: TFLOP/s)
+    fields: tuple[str, str, str]  # the cell's figure, fastest-sample figure and roof fields
+    roof: Callable[[Any, Any], float | None]  # (device, cell) -> the published peak
+    wrong: Callable[[Any], str]  # a cell -> the note of a result wrong after the first call
+    unit_word: str  # "bandwidth", "TFLOP/s": what is not reported when the last check could not run
+
+
+def run_recipe(opts: Any, recipe: Recipe, plan: Callable[[Any, Any, str], tuple[list[Group], str | None, dict]]) -> int:
+    """A per-device probe child: start, plan the groups (`plan(platform)`: the groups, the sweep note and the plan
+    event's extra fields; `plan(jax, np, platform)`), then each group measured and its cells emitted."""
+    import time as _time
+
+    from devctl.model import to_jsonable
+    from devctl.probe.transfer_devices import device_info
+
+    started = _time.monotonic()
+    began = start(opts)
+    if isinstance(began, int):
+        return began
+    jax, np, local, devices = began
+    groups, note, extra = plan(jax, np, devices[0].platform)
+    emit(
+        "plan",
+        devices=[to_jsonable(device_info(d)) for d in devices],
+        environment=environment(jax, np, local, opts, note),
+        cells=len(devices) * len(groups),
+        **extra,
+    )
+    for group in groups:
+        for c in measure_group(devices, group, recipe, opts):
+            emit("cell", **to_jsonable(c))
+        gc.collect()  # free this group's buffers before the next one allocates
+    emit("done", elapsed_s=round(_time.monotonic() - started, 3))
+    return 0
+
+
+def measure_group(devices: list, group: Group, recipe: Recipe, opts: ChipOptions) -> list:
+    """Every device's cell of the group: each prepared (or skipped, with why), timed taking turns, checked after its
+    last call, and its figure set against its roof."""
+    from dataclasses import replace
+
+    if group.make is None:
+        return [replace(group.base(device_name(d)), skipped=True, note=group.what) for d in devices]
+    ready, timings, skipped = prepare_and_time(devices, group.need_bytes, group.what, group.make, opts)
+    cells = []
+    for dev in devices:
+        name = device_name(dev)
+        base = group.base(name)
+        if name not in timings:
+            cells.append(replace(base, skipped=True, note=skipped.get(name, "skipped")))
+            continue
+        call = ready[name]
+        notes = list(group.notes)
+        if not call.in_place:
+            notes.append(f"the backend did not reuse the donated buffer: each call also allocated its result, and a burst holds {MIN_CALLS} calls")
+        verified = bool(call.verified)
+        if not verified:
+            notes.append(recipe.wrong(base))
+        else:
+            try:
+                problem = call.last_problem()
+            except Exception as e:  # the check could not run (out of memory): the figure stands unverified
+                problem = f"the final check could not run ({failure_note(e)}): no {recipe.unit_word} reported"
+            if problem:
+                verified = False
+                notes.append(problem)
+        cells.append(figures(dev, base, timings[name], verified, "; ".join(notes) or None, recipe))
+    ready.clear()
+    return cells
+
+
+def figures(dev, base: Any, timing: Timing, verified: bool, note: str | None, recipe: Recipe) -> Any:
+    """The cell with its timing, its figure (from the median; none when the result was wrong), its fastest sample's
+    figure, its roof and its share of it."""
+    from dataclasses import replace
+
+    st = timing.stats()
+    work = recipe.work(base)
+    value = work / st["median_s"] / recipe.scale if verified and st["median_s"] else None
+    peak = work / st["min_s"] / recipe.scale if value and st["min_s"] else None
+    roof = recipe.roof(dev, base)
+    value_f, peak_f, roof_f = recipe.fields
+    return replace(
+        base, **st, verified=verified, note=note,
+        **{value_f: value, peak_f: peak, roof_f: roof}, pct_of_roof=100 * value / roof if value and roof else None,
+    )  # fmt: skip

@@ -1,0 +1,110 @@
+"""--baseline, --max-regression and --gate-all-sizes of every bench command, parsed; the end of a bench command
+(its verdicts on stderr, its exit code). What a baseline holds is read and judged below the CLI
+(devctl.collect.gate), by the one gate (devctl.model.gate)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Annotated, Any, Callable, Iterable, Optional
+
+import typer
+
+from devctl.cli import completion
+from devctl.cli.options import read_input_file, shown
+from devctl.errors import UsageError
+from devctl.model.gate import DEFAULT_MAX_REGRESSION_PCT, GateRequest, GateSpec
+
+MaxRegressionOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--max-regression",
+        metavar="PCT",
+        autocompletion=completion.percent,
+        help="Allowed drop per cell beyond its noise band (the confidence intervals of the two medians, and how far pooled baseline runs differ), a percentage in [0%, 100%): 10% or 2.5% (default 10%). "
+        "A bare number of 1 or more is a percentage (10 = 10%); a bare number below 1 (0.1: 10% or 0.1%?) is refused.",
+    ),
+]
+BaselineOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--baseline",
+        metavar="FILE",
+        autocompletion=completion.files,
+        help="An earlier --json result of this command (a regular file): exit 1 if a cell's figure fell below it by more than "
+        "its noise and --max-regression. Repeat it to pool several runs (3 or more recommended): how far they differ joins the noise band.",
+    ),
+]
+
+_PERCENT_RE = re.compile(r"^\s*(\d{1,6}(?:\.\d{1,6})?)\s*(%?)\s*$", re.ASCII)
+# A baseline is one earlier --json document: a few hundred cells of ~700 bytes; 16 MiB is far above any.
+BASELINE_CAP_BYTES = 16 << 20
+
+
+def parse_percent(text: str) -> float:
+    """--max-regression: '10%', '2.5%', or a bare number of 1 or more read as a percentage.
+
+    A bare number below 1 is the one a user could mean either way ('0.1': a fraction, 10%, or 0.1%),
+    so it is refused rather than guessed; '0' is zero either way.
+    """
+    m_ = _PERCENT_RE.match(text)
+    if not m_:
+        raise UsageError(f"--max-regression {shown(text)} is not a percentage; give e.g. 10% or 2.5%")
+    value = float(m_.group(1))
+    if not m_.group(2) and 0 < value < 1:
+        raise UsageError(
+            f"--max-regression {text!r} is ambiguous: write {value * 100:g}% for a drop of {value * 100:g} percent, "
+            f"or {value:g}% for {value:g} percent"
+        )
+    if value >= 100:
+        raise UsageError(f"--max-regression must be at least 0% and below 100%, got {text!r}")
+    return value
+
+
+def check_gate(baselines: list[str] | None, max_regression: str | None, spec: GateSpec, all_sizes: bool = False) -> GateRequest | None:
+    """The baseline (several runs pooled when --baseline is repeated), read and checked before the benchmark runs,
+    the drop allowed beyond its noise band, and which cells to judge; None without --baseline."""
+    if not baselines:
+        given = "--max-regression" if max_regression is not None else spec.all_sizes_flag if all_sizes else None
+        if given:
+            raise UsageError(f"{given} needs --baseline FILE (an earlier `devctl {spec.command} --json` result)")
+        return None
+    pct = parse_percent(max_regression) if max_regression is not None else DEFAULT_MAX_REGRESSION_PCT
+    for i, path in enumerate(baselines):
+        if path in baselines[:i]:
+            raise UsageError(f"--baseline {shown(path)} is given twice; pool different runs (each run's own --json result)")
+    from devctl.collect.gate import read_baselines
+
+    files = [(path, read_input_file("--baseline", path, BASELINE_CAP_BYTES)) for path in baselines]
+    return read_baselines(files, spec, pct, all_sizes)
+
+
+def measure(run: Callable[[Callable[[dict], None]], Any], label: Callable[[dict], str], request: GateRequest | None,
+            spec: GateSpec, json_out: bool, csv_out: bool, verbose: bool = False) -> Any:  # fmt: skip
+    """A bench's report: `run(on_event)` with a progress bar on a terminal (`label` names each finished cell),
+    judged against --baseline, and printed."""
+    from devctl.collect.gate import judged
+    from devctl.render import emit
+    from devctl.render.bench import Progress
+
+    with Progress(label) as progress:
+        report = judged(run(progress.on_event), request, spec)
+    emit(report, json_out, csv_out=csv_out, verbose=verbose)
+    return report
+
+
+def finish(report: Any, spec: GateSpec, *, failures: Iterable[str] = (), notes: Iterable[str] = ()) -> None:
+    """After the report: `notes` (stragglers), the gate's verdict and `failures` (a wrong result), one line each on
+    stderr; exit 1 on a failure or a failed gate."""
+    lines = list(notes)
+    gate = report.gate
+    if gate is not None:
+        from devctl.render.gate import gate_lines
+
+        lines += gate_lines(gate, spec)
+    failures = list(failures)
+    for line in [*lines, *failures]:
+        sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    if failures or (gate is not None and not gate.passed):
+        raise typer.Exit(1)

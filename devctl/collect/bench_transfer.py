@@ -1,0 +1,111 @@
+"""`devctl bench transfer`: run the measuring child (devctl.probe.transfer), assemble its events, compare with a baseline."""
+
+from __future__ import annotations
+
+from typing import Callable, cast
+
+from devctl.errors import DevctlError, InputRejected
+from devctl.model import bench_transfer as m
+from devctl.model.bench import BenchDevice
+
+PROBE_MODULE = "devctl.probe.transfer"
+
+
+def run_transfer(
+    opts: m.TransferOptions,
+    timeout_s: float,
+    *,
+    on_event: Callable[[dict], None] | None = None,
+) -> m.TransferReport:
+    """Run the probe child and assemble its events into a report. `on_event` sees every event as it comes (progress). --sizes is
+    checked against this machine when the plan arrives: the first moment the devices are known, before the
+    child allocates anything."""
+    from devctl.probe.runner import run_child
+
+    def each(event: dict) -> None:
+        if on_event is not None:
+            on_event(event)
+        if event.get("event") == "plan":
+            check_sizes_fit(opts, event)  # what it raises ends the child and reaches the caller
+
+    result = run_child(PROBE_MODULE, opts.to_request(), timeout_s=timeout_s, on_event=each)
+    error = result.last("error")
+    if error is not None:
+        if error.get("kind") == "usage":  # a device this machine does not have
+            raise InputRejected(error.get("message", "bad input"))
+        raise DevctlError(f"bench transfer: {error.get('message', 'the probe failed')}")
+    done = result.last("done")
+    plan = result.last("plan")
+    if done is None or plan is None:
+        raise DevctlError(f"bench transfer: the benchmark process {result.failure_text()}")
+    report = assemble(result.events, elapsed_s=result.elapsed_s)
+    return report
+
+
+def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.TransferReport:
+    from devctl.model import from_dict
+    from devctl.version import __version__
+
+    plan = next(e for e in events if e.get("event") == "plan")
+    done = next(e for e in reversed(events) if e.get("event") == "done")
+    cells = tuple(from_dict(m.Cell, e) for e in events if e.get("event") == "cell")
+    memcpy = tuple(from_dict(m.MemcpyRoof, e) for e in events if e.get("event") == "roof")
+    pcie = tuple(from_dict(m.PcieLink, link) for link in done.get("pcie", []))
+    devices = tuple(from_dict(BenchDevice, d) for d in plan["devices"])
+    # The child's plan carries every other key of a BenchEnvironment (devctl.probe.transfer.Bench._environment).
+    environment = cast(m.BenchEnvironment, {**plan.get("environment", {}), "devctl": __version__, "child_elapsed_s": done.get("elapsed_s")})
+    if elapsed_s is not None:
+        environment["elapsed_s"] = round(elapsed_s, 3)
+    return m.TransferReport(
+        results=cells,
+        roofs=m.Roofs(host_memcpy=memcpy, pcie=pcie, pcie_reason=done.get("pcie_reason")),
+        fastest=m.fastest_paths(cells),
+        devices=devices,
+        environment=environment,
+    )
+
+
+def check_sizes_fit(opts: m.TransferOptions, plan: dict) -> None:
+    """A size this machine can never hold is bad input (exit 2), not a run of skipped cells that exits 0.
+
+    Host: the probe's measured peak for this run (model.bench.host_bytes_needed) against the machine's
+    memory. A device that reports its bytes_limit must hold one copy of its share of the size.
+    """
+    from devctl.units import format_bytes, format_size_short
+
+    if opts.sizes_bytes is None:
+        return  # the default sweep: the probe itself leaves out what does not fit, and says so
+    devices = [d for d in plan.get("devices") or [] if isinstance(d, dict)]
+    in_host = any(d.get("platform") == "cpu" for d in devices)
+    # As the child plans it: the default measures pinned where a device has a pinned path of its own (a
+    # superset of the targets, so the estimate errs high, never low).
+    pinned = any(m.pinned_is_a_path(str(d.get("platform")), d.get("memory_kinds") or ()) for d in devices)
+    from devctl.discovery.host import host_memory_limit
+
+    limit, what = host_memory_limit()
+    for size in opts.sizes_bytes:
+        need = m.host_bytes_needed(
+            opts, size, devices_in_host_memory=in_host, device_count=max(len(devices), 1), pinned_path=pinned
+        )
+        if limit is not None and need > limit:
+            copies = need // size
+            largest = _largest_fitting(limit // copies)
+            raise InputRejected(
+                f"--sizes {format_size_short(size)} needs about {format_bytes(need)} of host memory for this run "
+                f"({copies}x the size at its peak), more than {what} ({format_bytes(limit)}); "
+                f"give sizes up to {largest}"
+            )
+        for d in devices:
+            share = size // len(devices) if opts.layouts == ("sharded",) else size
+            cap = d.get("bytes_limit")
+            if isinstance(cap, int) and cap > 0 and share > cap:
+                raise InputRejected(
+                    f"--sizes {format_size_short(size)} does not fit in {d.get('name')}: its bytes_limit is {format_bytes(cap)}"
+                )
+
+
+def _largest_fitting(n: int) -> str:
+    from devctl.units import format_size_short
+
+    power = 1 << max(n.bit_length() - 1, 0)  # the largest power of two that fits: the sizes people pass
+    return format_size_short(power)

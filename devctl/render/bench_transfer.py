@@ -1,0 +1,319 @@
+"""`devctl bench transfer` output: a table, the d2d pair matrices, a bandwidth chart, the fastest paths, the roofs.
+
+At 80 columns the table keeps what a reader compares (direction, variant, path, size, GB/s, % of roof): the
+p10-p90 spread gives way first (it stays in --json), a note goes on a line under its row, then the median
+goes, then the % of roof (the summary gives it for each fastest path). A table is boxed only where it fits
+whole with its box: a plain one has room for three more cells a column. Off a terminal every table is
+whole, one row per line.
+"""
+
+from __future__ import annotations
+
+from devctl.model.bench_transfer import Cell, Fastest, Roofs, TransferReport, above_roof
+from devctl.render.bench import BAR_WIDTH, bar, boxed_table, print_view
+from devctl.units import figure, format_seconds, format_size_short
+
+
+def transfer_text(report: TransferReport) -> None:
+    # d2d on one device has nothing to copy between: one note says so, not a skipped row per size.
+    shown = [c for c in report.results if not _alone(c, report)]
+    rows = table_cells(shown)
+    print_view(_results_table(rows) if rows else [], [*_pair_matrices(shown), chart_lines(rows)], summary_lines(report))
+
+
+def _alone(c: Cell, report: TransferReport) -> bool:
+    """A d2d cell skipped because this run has one device: no pair to copy between."""
+    return c.direction == "d2d" and c.skipped and (c.dst == "none" or len(report.devices) == 1)
+
+
+def _fmt_gbps(c: Cell) -> str:
+    if c.skipped:
+        return "skipped"
+    if c.zero_copy:
+        return "zero-copy"
+    return figure(c.gbps)
+
+
+def _fmt_pct(c: Cell) -> str:
+    if c.suspect:  # above its roof: the percentage would mislead (the summary says why)
+        return "suspect"
+    return "-" if c.pct_of_roof is None else f"{c.pct_of_roof:.0f}% {_roof_short(c.roof)}"
+
+
+def _roof_short(kind: str | None) -> str:
+    return {"pcie": "PCIe", "host_memcpy": "memcpy"}.get(kind or "", "")
+
+
+def _spread(c: Cell) -> str:
+    if c.p10_s is None or c.p90_s is None:
+        return "-"
+    return f"{format_seconds(c.p10_s)} – {format_seconds(c.p90_s)}"
+
+
+def _matrix_groups(cells) -> dict:
+    """d2d cells measured for three or more pairs at one size: shown as a source x destination matrix."""
+    groups: dict = {}
+    for c in cells:
+        if c.direction == "d2d" and c.layout == "single" and not c.skipped:
+            groups.setdefault((c.direction, c.variant, c.layout, c.size_bytes), []).append(c)
+    return {k: v for k, v in groups.items() if len(v) >= 3}
+
+
+def _results_table(cells: list[Cell]) -> list:
+    from devctl.render.console import Column
+
+    mesh = any(c.layout != "single" for c in cells)
+    notes = any(c.note for c in cells)
+    columns = [Column("direction"), Column("variant")]
+    if mesh:
+        columns.append(Column("layout"))
+    columns += [
+        Column("path"),
+        Column("size", "right"),
+        Column("median", "right", priority=2, detail=False),  # GB/s and the size say it too
+        Column("p10 – p90", "right", priority=4, detail=False),  # the spread: in --json
+        Column("GB/s", "right"),
+        Column("% of roof", "right", priority=1, detail=False),  # goes first where no cell has a roof (NVLink, a CPU mesh)
+        *([Column("note", priority=3)] if notes else []),
+    ]
+    rows = []
+    for c in cells:
+        rows.append([
+            c.direction, c.variant, *([c.layout] if mesh else []), f"{c.src} → {c.dst}", format_size_short(c.size_bytes),
+            format_seconds(c.median_s), _spread(c), _fmt_gbps(c), _fmt_pct(c), *([c.note or ""] if notes else []),
+        ])  # fmt: skip
+    return boxed_table(columns, rows, "devctl bench transfer")
+
+
+def table_cells(cells) -> list[Cell]:
+    """The cells shown row by row, grouped by direction and path: of a d2d pair matrix, only the first pair (the one
+    swept over sizes)."""
+    matrices = _matrix_groups(cells)
+    first_pair: dict = {}
+    for c in cells:
+        if c.direction == "d2d" and not c.skipped:
+            first_pair.setdefault((c.direction, c.variant, c.layout), (c.src, c.dst))
+    shown = [
+        c
+        for c in cells
+        if (c.direction, c.variant, c.layout, c.size_bytes) not in matrices
+        or (c.src, c.dst) == first_pair.get((c.direction, c.variant, c.layout))
+    ]
+    # Grouped by direction and path (in the order first measured), each path's sizes together.
+    paths: dict[tuple, int] = {}
+    for c in shown:
+        paths.setdefault((c.direction, c.variant, c.layout, c.src, c.dst), len(paths))
+    return sorted(shown, key=lambda c: (paths[(c.direction, c.variant, c.layout, c.src, c.dst)], c.size_bytes))
+
+
+def _pair_matrices(cells) -> list[list]:
+    from devctl.render.console import Column, fit_columns, out, stdout_is_terminal, table_lines
+
+    width = out().width
+    tables = []
+    for (direction, variant, _layout, size), group in _matrix_groups(cells).items():
+        srcs = sorted({c.src for c in group}, key=_device_order)
+        dsts = sorted({c.dst for c in group}, key=_device_order)
+        by_pair = {(c.src, c.dst): c for c in group}
+
+        def blocks(n: int) -> list[tuple[list, list[list[str]]]]:
+            """The matrix as blocks of n destination columns, each block with every source row."""
+            out = []
+            for i in range(0, len(dsts), n):
+                ds = dsts[i : i + n]
+                rows = [[s, *[_fmt_gbps(by_pair[(s, d)]) if (s, d) in by_pair else "" for d in ds]] for s in srcs]
+                out.append(([Column("")] + [Column(d, "right") for d in ds], rows))
+            return out
+
+        def fits(n: int, boxed: bool) -> bool:
+            return all(p == "table" for b in blocks(n) for p in fit_columns(*b, width, boxed=boxed).placement)
+
+        # More devices than fit on a line: one block of destinations under another (as a wide table is
+        # printed in pages), of even sizes; boxed only if every block fits in a box.
+        count = 1
+        while count < len(dsts) and not fits(-(-len(dsts) // count), boxed=False):
+            count += 1
+        per = -(-len(dsts) // count)
+        boxed = stdout_is_terminal() and fits(per, boxed=True)
+        title = f"{direction} {variant} GB/s at {format_size_short(size)}, source (rows) → destination (columns)"
+        for columns, rows in blocks(per):
+            part = "" if count == 1 else f", {columns[1].header} to {columns[-1].header}"
+            tables.append(table_lines(columns, rows, title=title + part, boxed=boxed))
+    return tables
+
+
+def _device_order(name: str):
+    platform, _, ident = name.partition(":")
+    return (platform, int(ident) if ident.isdigit() else 1 << 30, ident)
+
+
+def chart_lines(cells, width: int | None = None) -> list[str]:
+    """Bandwidth against size, one block of bars per series (direction, variant, layout, path), `width` cells
+    wide at most (the terminal's by default): the bars shorten on a narrow terminal."""
+    from devctl.render.console import out, wrap
+
+    width = out().width if width is None else width
+    series: dict = {}
+    for c in cells:
+        series.setdefault((c.direction, c.variant, c.layout, c.src, c.dst), []).append(c)
+    # A series with no bandwidth at any size (skipped, zero-copy) has no bar to draw: the table says why.
+    series = {k: v for k, v in series.items() if len(v) >= 2 and any(c.gbps for c in v)}
+    top = max((c.gbps for v in series.values() for c in v if c.gbps), default=None)
+    if not series or not top:
+        return []
+    # "  256M │" before the bar, " 0.0365 (suspect)" after it.
+    bar_width = max(min(BAR_WIDTH, width - 26), 4)
+    lines = wrap(f"Bandwidth against size (GB/s; a full bar is {figure(top)} GB/s)", width, hang="  ")
+    for (direction, variant, layout, src, dst), group in series.items():
+        where = "" if layout == "single" else f" {layout}"
+        lines += wrap(f"{direction} {variant}{where} {src} → {dst}", width, hang="  ")
+        for c in sorted(group, key=lambda c: c.size_bytes):
+            label = format_size_short(c.size_bytes).rjust(6)
+            if c.gbps is None:
+                lines.append(f"{label} │ {_fmt_gbps(c)}")
+                continue
+            flag = " (suspect)" if c.suspect else ""
+            lines.append(f"{label} │{bar(c.gbps / top, bar_width)} {figure(c.gbps)}{flag}".rstrip())
+    return lines
+
+
+def summary_lines(report: TransferReport) -> list[str]:
+    """The fastest paths, the roofs and the notes: prose lines, each wrapped to the terminal by the caller."""
+    lines = []
+    for f in report.fastest:
+        lines.append(verdict_line(f, report.roofs))
+        if f.advice:
+            lines.append(f"Advice: {f.advice}")
+    lines += roof_lines(report)
+    env = report.environment
+    for key in ("sweep_note", "pairs_note"):
+        if env.get(key):
+            lines.append(f"Note: {env[key]}")
+    if any(_alone(c, report) for c in report.results):
+        self_copies = any(c.direction == "d2d-self" for c in report.results)
+        lines.append("Note: d2d: one device here, nothing to copy between; "
+                     + ("d2d-self measures on-device copies" if self_copies else "--direction d2d-self measures on-device copies"))  # fmt: skip
+    layouts = sorted({c.layout for c in report.results if c.layout != "single" and not c.skipped})
+    if layouts:
+        # A mesh cell's figure is what crossed every device's link together: say so beside the roof it is held to.
+        lines.append(
+            f"Note: {' and '.join(layouts)}: GB/s is the aggregate over every device of the mesh (the bytes that "
+            "crossed all links, N x the size when replicated), held against the sum of their links' roofs; "
+            "--json has per_device_gbps"
+        )
+    suspect = [c for c in report.results if c.suspect]
+    if suspect:
+        which = "1 cell came out faster than its roof" if len(suspect) == 1 else f"{len(suspect)} cells came out faster than their roofs"
+        lines.append(
+            f"Note: suspect: {which}, which no copy can beat: the roof was measured while the machine was busier, "
+            "or the timing is off; rerun on an idle machine (--json has each cell's reason)"
+        )
+    failed = [c for c in report.results if c.verified is False]
+    if failed:
+        lines.append(f"Verification FAILED for {len(failed)} cell(s): the bytes did not arrive unchanged")
+    return lines
+
+
+def verdict_line(f: Fastest, roofs: Roofs) -> str:
+    """One direction's verdict: its fastest path (only where two or more were measured is it called that), how far
+    it is from the roof, named as the link when known, then each other path measured and its share of that roof:
+    `Fastest h2d at 1G: pinned 49.5 GB/s, 79% of PCIe Gen5 x16 (63.0 GB/s); pageable 6.91 GB/s, 11%`."""
+    where = "" if f.layout == "single" else f" ({f.layout})"
+    size = format_size_short(f.size_bytes)
+    zero = f"; zero-copy (no transfer): {', '.join(f.zero_copy_variants)}" if f.zero_copy_variants else ""
+    if f.variant is None:
+        return f"{f.direction}{where} at {size}: none measured ({f.note}){zero}"
+    roof = ""
+    name = _roof_long(f.roof, f.roof_gbps, roofs)
+    if above_roof(f.pct_of_roof):
+        roof = f", suspect: above {name} ({figure(f.roof_gbps)} GB/s)"
+    elif f.pct_of_roof is not None:
+        roof = f", {f.pct_of_roof:.0f}% of {name} ({figure(f.roof_gbps)} GB/s)"
+    others = "".join(f"; {o.variant} {figure(o.gbps)} GB/s{_share(o.pct_of_roof)}" for o in f.others)
+    lead = "Fastest " if f.others else ""
+    return f"{lead}{f.direction}{where} at {size}: {f.variant} {figure(f.gbps)} GB/s{roof}{others}{zero}"
+
+
+def _share(pct: float | None) -> str:
+    if pct is None:
+        return ""
+    return ", suspect" if above_roof(pct) else f", {pct:.0f}%"
+
+
+def _roof_long(kind: str | None, roof_gbps: float | None = None, roofs: Roofs | None = None) -> str:
+    """A roof's name in prose; a PCIe roof as its link (`PCIe Gen5 x16`, `8 PCIe Gen5 x16 links` for a mesh's
+    sum) where the links read say which, else as the link's peak."""
+    if kind == "pcie" and roof_gbps and roofs is not None:
+        link = _link_name(roof_gbps, roofs)
+        if link:
+            return link
+    return {"pcie": "the PCIe link's peak", "host_memcpy": "host memcpy"}.get(kind or "", "its roof")
+
+
+def _link_name(roof_gbps: float, roofs: Roofs) -> str | None:
+    """The PCIe link(s) a roof of `roof_gbps` is: the generation and width of every link with that peak, when they
+    agree; a whole multiple of one peak shared by every link read is that many links (a mesh's roof is their sum)."""
+    import math
+
+    links = [link for link in roofs.pcie if link.peak_gbps and link.max_gen and link.max_width]
+    same = {(link.max_gen, link.max_width) for link in links if math.isclose(link.peak_gbps or 0.0, roof_gbps, rel_tol=1e-6)}
+    if len(same) == 1:
+        gen, width = same.pop()
+        return f"PCIe Gen{gen} x{width}"
+    kinds = {(link.max_gen, link.max_width, link.peak_gbps) for link in links}
+    if len(kinds) == 1:
+        gen, width, peak = kinds.pop()
+        count = roof_gbps / (peak or roof_gbps)
+        if count > 1 and math.isclose(count, round(count), rel_tol=1e-6):
+            return f"{round(count)} PCIe Gen{gen} x{width} links"
+    return None
+
+
+def roof_lines(report: TransferReport) -> list[str]:
+    lines = []
+    memcpy = [r for r in report.roofs.host_memcpy if r.gbps]
+    if memcpy:
+        biggest = max(memcpy, key=lambda r: r.size_bytes)
+        lines.append(
+            f"Roof, host memcpy: {figure(biggest.gbps)} GB/s at {format_size_short(biggest.size_bytes)} "
+            f"(the best of {biggest.samples} one-thread copies)"
+        )
+    for link in report.roofs.pcie:
+        if link.peak_gbps is None:
+            lines.append(f"Roof, PCIe {link.device}: unknown ({link.reason})")
+            continue
+        seen = ""
+        if link.seen_gen is not None:
+            state = "below its maximum" if link.below_max else "at its maximum"
+            seen = f"; seen during the transfers: Gen{link.seen_gen} x{link.seen_width}, {state}"
+        lines.append(
+            f"Roof, PCIe {link.device} ({link.pci_bus_id}): Gen{link.max_gen} x{link.max_width} = "
+            f"{figure(link.peak_gbps)} GB/s per direction{seen}"
+        )
+    if not report.roofs.pcie and report.roofs.pcie_reason:
+        lines.append(f"Roof, PCIe: not measured ({report.roofs.pcie_reason})")
+    return lines
+
+
+def progress_label(event: dict) -> str:
+    return f"{event.get('direction')} {event.get('variant')} {_short(event.get('size_bytes'))}"
+
+
+def _short(n) -> str:
+    return format_size_short(n) if isinstance(n, int) else "?"
+
+
+def csv_rows(report: TransferReport) -> tuple[list[str], list[list]]:
+    """One row per cell, raw values: sizes in bytes, times in seconds, bandwidths in GB/s (decimal)."""
+    header = [
+        "direction", "variant", "layout", "src", "dst", "size_bytes", "bytes_moved", "samples", "min_s", "p10_s",
+        "median_s", "p90_s", "max_s", "gbps", "per_device_gbps", "zero_copy", "verified", "roof", "roof_gbps",
+        "pct_of_roof", "suspect", "skipped", "note",
+    ]  # fmt: skip
+    rows = [
+        [c.direction, c.variant, c.layout, c.src, c.dst, c.size_bytes, c.bytes_moved, c.samples, c.min_s, c.p10_s,
+         c.median_s, c.p90_s, c.max_s, c.gbps, c.per_device_gbps, c.zero_copy, c.verified, c.roof, c.roof_gbps,
+         c.pct_of_roof, c.suspect, c.skipped, c.note]
+        for c in report.results
+    ]  # fmt: skip
+    return header, rows
