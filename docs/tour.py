@@ -2,7 +2,7 @@
 renderers print for them on an 80-column terminal, between markers in README.md.
 
     python docs/tour.py --record   # run the commands on this machine (their output is what it says), then --update
-    python docs/tour.py --update   # rewrite README.md's blocks from the recorded documents
+    python docs/tour.py --update   # rewrite README.md's blocks, and docs/images/*.svg, from the recorded documents
     python docs/tour.py --check    # exit 1 when a block differs from what the renderers print now
 
 tests/test_readme.py runs --check, so a change of a table shows in the README or fails the suite, as the
@@ -95,17 +95,19 @@ def _report(doc: dict):
     return from_dict(classes[doc["schema"]], doc)
 
 
-def render(name: str) -> list[str]:
-    """What `name`'s table looks like on an 80-column terminal without colour, cut to the lines the README shows."""
+def _printed(name: str, colour: bool) -> str:
+    """What devctl prints for `name`'s document on an 80-column terminal, with or without colour."""
     from devctl.render import console
     from devctl.render.emit import emit
 
     doc = json.loads((TOUR / f"{name}.json").read_text())
     saved = {k: os.environ.get(k) for k in ("COLUMNS", "NO_COLOR", "TERM", "FORCE_COLOR", "LINES")}
     screen, stdout = _Terminal(), sys.stdout
-    os.environ.update(COLUMNS=str(WIDTH), NO_COLOR="1", TERM="xterm-256color")
-    os.environ.pop("FORCE_COLOR", None)
-    os.environ.pop("LINES", None)
+    os.environ.update(COLUMNS=str(WIDTH), TERM="xterm-256color")
+    for k in ("FORCE_COLOR", "LINES", "NO_COLOR"):
+        os.environ.pop(k, None)
+    if not colour:
+        os.environ["NO_COLOR"] = "1"
     sys.stdout = screen
     console._console.cache_clear()
     try:
@@ -118,9 +120,29 @@ def render(name: str) -> list[str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    lines = [line.rstrip() for line in screen.getvalue().rstrip("\n").split("\n")]
+    return screen.getvalue()
+
+
+def render(name: str) -> list[str]:
+    """What `name`'s table looks like on an 80-column terminal without colour, cut to the lines the README shows."""
+    lines = [line.rstrip() for line in _printed(name, colour=False).rstrip("\n").split("\n")]
     most = RUNS[name][2]
     return lines if len(lines) <= most else lines[: most - 1] + [f"... ({len(lines) - most + 1} more lines)"]
+
+
+# The pictures: the same runs in colour, as SVG (rich's export), for where people would rather look than read.
+PICTURES = ("memstats", "bench-memory")
+IMAGES = ROOT / "docs" / "images"
+
+
+def picture(name: str) -> str:
+    from rich.console import Console
+    from rich.text import Text
+
+    args = RUNS[name][0]
+    screen = Console(record=True, width=WIDTH, file=io.StringIO(), force_terminal=True, color_system="truecolor")
+    screen.print(Text.from_ansi(_printed(name, colour=True).rstrip("\n")))
+    return screen.export_svg(title=f"devctl {' '.join(args)}")
 
 
 def _block(name: str) -> str:
@@ -152,6 +174,7 @@ def main(argv: list[str]) -> int:
     text = README.read_text()
     fresh = updated(text)
     if opts.check:
+        # The pictures are not compared: their bytes depend on rich's version as much as on devctl's tables.
         if fresh != text:
             import difflib
 
@@ -162,6 +185,11 @@ def main(argv: list[str]) -> int:
     if fresh != text:
         README.write_text(fresh)
         print("README.md updated")
+    IMAGES.mkdir(exist_ok=True)
+    for path, svg in ((IMAGES / f"{name}.svg", picture(name)) for name in PICTURES):
+        if not path.exists() or path.read_text() != svg:
+            path.write_text(svg)
+            print(f"{path.relative_to(ROOT)} updated")
     return 0
 
 
