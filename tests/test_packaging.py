@@ -196,7 +196,8 @@ def test_install_refuses_a_planted_symlink(shell, dangling, tmp_path):
         victim.write_text("keep me\n")
     path.symlink_to(victim)
     proc = run_devctl("completion", shell, "--install", env=_home_env(home))
-    assert_usage_error(proc, str(path), "symbolic link", str(victim))
+    # A long path is shown cut (devctl shows a value it was given in at most 100 characters): its start is enough.
+    assert_usage_error(proc, str(path)[:60], "symbolic link", str(victim))
     assert proc.stdout == ""
     assert path.is_symlink() and os.readlink(path) == str(victim)
     assert victim.read_text() == "keep me\n" if not dangling else not victim.exists()

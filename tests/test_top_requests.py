@@ -270,9 +270,17 @@ class FakeJob:
         self.proc.wait()
 
 
+def _answer_whole(path: Path, data: bytes) -> None:
+    """Written as the job writes its answers, whole (a temporary file renamed): the damage is in the content, not
+    in a reader catching a half-written file."""
+    tmp = path.with_name(f".{path.name}.fake.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 def test_an_answer_of_200000_nested_brackets_is_one_line_exit_2(runtime):
     def answer(directory: Path, tok: str) -> None:
-        (directory / f"{fake.pid}.top.{tok}.json").write_bytes(b"[" * 200_000 + b"]" * 200_000)
+        _answer_whole(directory / f"{fake.pid}.top.{tok}.json", b"[" * 200_000 + b"]" * 200_000)
 
     fake = FakeJob(runtime, answer)
     try:
@@ -294,7 +302,7 @@ def test_an_answer_of_200000_nested_brackets_is_one_line_exit_2(runtime):
 )
 def test_a_damaged_answer_is_one_line_exit_2(runtime, damage, said):
     def answer(directory: Path, tok: str) -> None:
-        (directory / f"{fake.pid}.top.{tok}.json").write_bytes(damage.replace(b"TOKEN", tok.encode()).replace(b"PID", str(fake.pid).encode()))
+        _answer_whole(directory / f"{fake.pid}.top.{tok}.json", damage.replace(b"TOKEN", tok.encode()).replace(b"PID", str(fake.pid).encode()))
 
     fake = FakeJob(runtime, answer)
     try:

@@ -281,7 +281,6 @@ def _advices(tmp_path) -> dict[str, object]:
         "pjrt-entry-broken": for_row(BackendInfo("ghost", F, "not found", plugin="ghost"), hw(), missing),
         "backend-failed-entry": for_row(BackendInfo("nvgpu", F, "FAILED_PRECONDITION: No visible GPU devices."), hw(), two),
         "jax-jaxlib-skew": for_row(BackendInfo("jax", F, "RuntimeError: jaxlib is version 0.4.1, but this version of jax requires version >= 0.10.2."), hw()),
-        "import-fails": for_row(BackendInfo("jax", C, "killed by SIGSEGV"), hw()),
         "libtpu-missing": for_row(BackendInfo("tpu", F, "libtpu not found"), TPU_HOST),
         "xla-flags-invalid": xla_flags("Couldn't interpret value abc for flag xla_force_host_platform_device_count.", flags),
         "jax-platforms-unavailable": jax_platforms({"JAX_PLATFORMS": "cuda,cpu,"}, [BackendInfo("cpu", OK, device_count=1)]),

@@ -87,7 +87,7 @@ def test_a_shared_h200_says_what_a_new_process_really_gets_and_who_holds_the_res
     headroom = next(line for line in summary_lines(snap) if line.startswith("headroom:"))
     assert headroom == (
         "headroom: min 34.4 GiB at gpu:0, the driver's free memory (the allocator would give 104.9 GiB; "
-        "pid 2392 (root) holds 105.4 GiB: python3 job.py); a third of it (11.5 GiB) is a safe working-memory budget"
+        "pid 2392 (root) holds 105.4 GiB: job.py); a third of it (11.5 GiB) is a safe working-memory budget"
     )
 
 

@@ -201,7 +201,7 @@ def test_the_h200_postmortem_says_what_was_asked_and_what_was_held(plain_stdout)
     render_postmortems(PostMortemReport(POSTMORTEMS_SCHEMA, "/run/devctl", (pm,)))
     out = plain_stdout.readouterr().out
     assert "ran out of memory at" in out and ", asking for 4.0 TiB on gpu:0" in out, out
-    assert "it held 1 live arrays, 8.0 MiB:" in out and "4.0 TiB  " not in out, out
+    assert "it held 1 live array, 8.0 MiB:" in out and "4.0 TiB  " not in out, out
     assert "oom.py:4 (holder)" in out and "oom.py:6" not in out
 
 
