@@ -47,25 +47,28 @@ def links_directory() -> str:
     """A directory of links to devctl and its dependencies, kept in the user's cache (one per set of versions)."""
     tops = _top_levels()
     digest = hashlib.sha256(repr(sorted(tops.items())).encode()).hexdigest()[:16]
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    base = os.path.join(cache if os.path.isabs(cache) else os.path.join(os.path.expanduser("~"), ".cache"), "devctl", "python-path")
-    target = os.path.join(base, digest)
-    if os.path.isdir(target) and not os.path.islink(target) and _owned(target):
-        return target
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(cache):  # unset, or relative: the XDG default
+        cache = os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.path.join(cache, "devctl", "python-path")
     os.makedirs(base, mode=0o700, exist_ok=True)
-    if not _owned(base) or os.path.islink(base):
+    if os.path.islink(base) or not _owned(base):
         raise Refused(f"--python: {base} is not this user's own directory: not used")
-    import tempfile
+    target = os.path.join(base, digest)
+    if not os.path.lexists(target):
+        import tempfile
 
-    staging = tempfile.mkdtemp(prefix=".links-", dir=base)
-    for name, source in tops.items():
-        os.symlink(source, os.path.join(staging, name))
-    try:
-        os.rename(staging, target)
-    except OSError:  # another devctl made it meanwhile: theirs is the same
-        import shutil
+        staging = tempfile.mkdtemp(prefix=".links-", dir=base)
+        for name, source in tops.items():
+            os.symlink(source, os.path.join(staging, name))
+        try:
+            os.rename(staging, target)
+        except OSError:  # another devctl made it meanwhile: checked below like any other
+            import shutil
 
-        shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(staging, ignore_errors=True)
+    if os.path.islink(target) or not os.path.isdir(target) or not _owned(target):
+        raise Refused(f"--python: {target} is not this user's own directory: not used")
     return target
 
 

@@ -24,12 +24,6 @@ class Remedy:
     # a program adds -y), e.g. [["install", "-U", "jax[cuda12]==0.10.2"]].
     pip: list[list[str]] = field(default_factory=list)
 
-    @property
-    def text(self) -> str:
-        """The remedy as shell commands, for people: `export A=b; unset C; pip ...`."""
-        words = [f"export {k}={_quoted(v)}" if v is not None else f"unset {k}" for k, v in self.env.items()]
-        return "; ".join(words + [pip_command(p) for p in self.pip])
-
 
 def pip_command(args: Sequence[str]) -> str:
     """`pip ARGS` as a person types it: a requirement with brackets or a comparison quoted."""
