@@ -5,9 +5,9 @@
 Each check runs devctl as a user does (`python -m devctl ...`, the checkout on PYTHONPATH) and measures what it
 claims another way, in a process of its own so no allocator is shared:
 
-- copy bandwidth at 1 GiB (`bench memory`) against JAX's own burst: 50 or more jitted `x + 1` calls dispatched
-  (100 ms), one sync;
-- bf16 matmul at 4096 and 8192 (`bench matmul`) against 20 or more calls dispatched (100 ms), one sync;
+- copy bandwidth at 256 MiB, 1 GiB and 4 GiB (`bench memory`) against JAX's own burst: 50 or more jitted `x + 1`
+  calls dispatched (100 ms), one sync; devctl must reach 95% of it (issue 22);
+- bf16 matmul at 4096 and 8192 (`bench matmul`) against 20 or more calls dispatched (100 ms), one sync; 95% too;
 - pinned h2d and d2h at 1 GiB (`bench transfer`, its default variants) against device_put through pinned_host;
 - usable memory on a GPU another process holds (`memstats`, `check --min-memory`) against what a second process
   really allocates (a search over array sizes);
@@ -36,16 +36,18 @@ ROOT = Path(__file__).resolve().parent.parent
 GIB = 1 << 30
 MIB = 1 << 20
 TOLERANCE = 0.10  # devctl's figure may differ from the truth by this share and agree
+FIDELITY = 0.95  # issue 22: a burst-timed bench reaches this share of JAX's own burst loop (and not above TOLERANCE)
 STEP_TIMEOUT_S = 240
 
-# Ground truth, in a child of its own (argv: the copy's bytes, then the matmul sides): prints one JSON object.
+# Ground truth, in a child of its own (argv: the copies' bytes, comma-separated, then the matmul sides): prints one
+# JSON object.
 _TRUTH = r"""
 import json, statistics, sys, time
 import numpy as np
 import jax, jax.numpy as jnp
 dev = jax.devices()[0]
 out = {"platform": dev.platform, "device_kind": dev.device_kind}
-copy_bytes, sides = int(sys.argv[1]), [int(a) for a in sys.argv[2:]]
+copy_sizes, sides = [int(a) for a in sys.argv[1].split(",")], [int(a) for a in sys.argv[2:]]
 
 def best(f, rounds=5):
     return statistics.median(f() for _ in range(rounds))
@@ -55,21 +57,22 @@ def calls_for(one_call_s, least=20, burst_s=0.1):
     return max(least, int(burst_s / max(one_call_s, 1e-6)) + 1)
 
 # Copy: y = x + 1 over uint32, each call fed the last one's output (nothing to elide), 50 calls then one sync.
-n = copy_bytes // 4
 step = jax.jit(lambda x: x + 1)  # as reference/h200-observations.md measured it: a GPU's allocator reuses the outputs
-x = jax.device_put(np.zeros(n, np.uint32), dev)
-x = step(x).block_until_ready()
-def burst(calls):
-    global x
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        x = step(x)
-    x.block_until_ready()
-    return (time.perf_counter() - t0) / calls
-k = calls_for(burst(50), least=50)
-per_call = best(lambda: burst(k))
-out["copy_gbps"] = 2 * n * 4 / per_call / 1e9
-del x
+for copy_bytes in copy_sizes:
+    n = copy_bytes // 4
+    x = jax.device_put(np.zeros(n, np.uint32), dev)
+    x = step(x).block_until_ready()
+    def burst(calls):
+        global x
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            x = step(x)
+        x.block_until_ready()
+        return (time.perf_counter() - t0) / calls
+    k = calls_for(burst(50), least=50)
+    per_call = best(lambda: burst(k))
+    out[f"copy_{copy_bytes}_gbps"] = 2 * n * 4 / per_call / 1e9
+    del x
 
 # bf16 matmul: 20 calls dispatched, one sync on the last (the stream runs them in order).
 mm = jax.jit(lambda a, b: a @ b)
@@ -104,6 +107,37 @@ if dev.platform != "cpu":
     h2d(), d2h()
     out["pinned_h2d_1g_gbps"] = (1 << 30) / best(h2d) / 1e9
     out["pinned_d2h_1g_gbps"] = (1 << 30) / best(d2h) / 1e9
+print(json.dumps(out))
+"""
+
+# The same two figures through PyTorch where it is installed (an independent stack: its own allocator, kernels and
+# CUDA events); shown beside devctl, not judged. argv as _TRUTH's.
+_TORCH = r"""
+import json, statistics, sys
+import torch
+if not torch.cuda.is_available():
+    print(json.dumps({})); sys.exit()
+copy_sizes, sides = [int(a) for a in sys.argv[1].split(",")], [int(a) for a in sys.argv[2:]]
+out = {}
+def timed(fn, calls, rounds=5):
+    times = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(calls):
+            fn()
+        b.record(); b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3 / calls)
+    return statistics.median(times)
+for nbytes in copy_sizes:
+    x = torch.zeros(nbytes // 4, dtype=torch.int32, device="cuda"); y = torch.empty_like(x)
+    torch.add(x, 1, out=y); torch.cuda.synchronize()
+    out[f"copy_{nbytes}_gbps"] = 2 * nbytes / timed(lambda: torch.add(x, 1, out=y), 50) / 1e9
+    del x, y
+for side in sides:
+    a = torch.randn(side, side, device="cuda", dtype=torch.bfloat16); c = torch.empty_like(a)
+    torch.matmul(a, a, out=c); torch.cuda.synchronize()
+    out[f"bf16_{side}_tflops"] = 2 * side**3 / timed(lambda: torch.matmul(a, a, out=c), 20) / 1e12
 print(json.dumps(out))
 """
 
@@ -163,7 +197,7 @@ class Acceptance:
     def __init__(self, cpu: bool):
         self.cpu = cpu
         # The sizes devctl's own H200 figures were taken at; a CPU only tries the script, at sizes it finishes.
-        self.copy_bytes, self.sides = (64 * MIB, (256, 512)) if cpu else (GIB, (4096, 8192))
+        self.copy_sizes, self.sides = ((64 * MIB,), (256, 512)) if cpu else ((256 * MIB, GIB, 4 * GIB), (4096, 8192))
         self.rows: list[dict] = []
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), NO_COLOR="1")
         for name in ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_FLAGS", "JAX_PLATFORMS"):
@@ -173,7 +207,8 @@ class Acceptance:
 
     def row(self, check: str, expected: str, measured: str, ok: bool | None, note: str = "") -> None:
         """ok None: not judged here (no GPU)."""
-        self.rows.append({"check": check, "expected": expected, "measured": measured, "result": "skip" if ok is None else "PASS" if ok else "FAIL", "note": note})
+        result = note if note == "info" else "skip" if ok is None else "PASS" if ok else "FAIL"
+        self.rows.append({"check": check, "expected": expected, "measured": measured, "result": result, "note": note})
         print(f"[{self.rows[-1]['result']}] {check}: {measured}", file=sys.stderr, flush=True)
 
     def devctl(self, *args: str, env: dict | None = None, timeout: float = STEP_TIMEOUT_S) -> subprocess.CompletedProcess:
@@ -203,31 +238,38 @@ class Acceptance:
             self.row(name, "the step runs", f"{type(e).__name__}: {e}"[:300], False)
         print(f"  ({name}: {time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
 
-    def agree(self, check: str, devctl_value: float | None, truth: float, unit: str) -> None:
+    def agree(self, check: str, devctl_value: float | None, truth: float, unit: str, least: float | None = None) -> None:
+        """devctl within TOLERANCE of the truth; with `least`, at least that share of it (and at most TOLERANCE over)."""
+        low = least if least is not None else 1 - TOLERANCE
+        want = f"{low:.0%}-{1 + TOLERANCE:.0%} of {_fig(truth)} {unit} (truth)"
         if devctl_value is None:
-            self.row(check, f"within {TOLERANCE:.0%} of {_fig(truth)} {unit}", "devctl gave no figure", False)
+            self.row(check, want, "devctl gave no figure", False)
             return
-        delta = devctl_value / truth - 1
+        ratio = devctl_value / truth
         # On a CPU the loop's fresh outputs cost page faults, and figures swing 2x between processes: shown, not judged.
-        judged = None if self.cpu else abs(delta) <= TOLERANCE
-        self.row(check, f"within {TOLERANCE:.0%} of {_fig(truth)} {unit} (truth)", f"{_fig(devctl_value)} {unit} ({delta:+.1%})", judged)
+        judged = None if self.cpu else low <= ratio <= 1 + TOLERANCE
+        self.row(check, want, f"{_fig(devctl_value)} {unit} ({ratio:.1%} of the truth)", judged)
 
     # ---- the checks -------------------------------------------------------------------------------------
 
     def figures(self) -> None:
-        truth = self.python(_TRUTH, str(self.copy_bytes), *map(str, self.sides), timeout=STEP_TIMEOUT_S)
+        truth = self.python(_TRUTH, ",".join(map(str, self.copy_sizes)), *map(str, self.sides), timeout=STEP_TIMEOUT_S)
         if truth["platform"] != "gpu" and not self.cpu:
             raise RuntimeError(f"JAX's default device is {truth['platform']}, not a GPU (use --cpu to try the script)")
-        size = f"{self.copy_bytes // MIB}M"
-        mem = self.devctl_json("bench", "memory", "--sizes", size, "--device", "0")
-        cell = next((c for c in mem["results"] if c["size_bytes"] == self.copy_bytes and not c["skipped"]), None)
-        self.agree(f"bench memory: copy at {size}", cell and cell["gbps"], truth["copy_gbps"], "GB/s")
-        if cell and cell.get("call_overhead_s") is not None:
-            self.row("bench memory: per-call overhead said apart", "reported", f"{cell['call_overhead_s'] * 1e3:.3f} ms per call, {cell['calls_per_sample']} calls a sample", True)
+        sizes = ",".join(f"{b // MIB}M" for b in self.copy_sizes)
+        mem = self.devctl_json("bench", "memory", "--sizes", sizes, "--device", "0")
+        for copy_bytes in self.copy_sizes:
+            cell = next((c for c in mem["results"] if c["size_bytes"] == copy_bytes and not c["skipped"]), None)
+            self.agree(f"bench memory: copy at {copy_bytes // MIB} MiB", cell and cell["gbps"], truth[f"copy_{copy_bytes}_gbps"], "GB/s", FIDELITY)
+            if cell and cell.get("call_overhead_s") is not None:
+                self.row(f"bench memory: per-call overhead said apart at {copy_bytes // MIB} MiB", "reported",
+                         f"{cell['call_overhead_s'] * 1e3:.3f} ms per call, {cell['calls_per_sample']} calls a sample ({cell['method']})", True)  # fmt: skip
+        self.beside_torch(mem, "copy", [(f"copy at {b // MIB} MiB", b, f"copy_{b}_gbps", "GB/s") for b in self.copy_sizes])
         mm = self.devctl_json("bench", "matmul", "--dtype", "bf16", "--sizes", ",".join(map(str, self.sides)), "--device", "0")
         for side in self.sides:
             cell = next((c for c in mm["results"] if c["n"] == side and not c["skipped"]), None)
-            self.agree(f"bench matmul: bf16 {side}", cell and cell["tflops"], truth[f"bf16_{side}_tflops"], "TFLOP/s")
+            self.agree(f"bench matmul: bf16 {side}", cell and cell["tflops"], truth[f"bf16_{side}_tflops"], "TFLOP/s", FIDELITY)
+        self.beside_torch(mm, "matmul", [(f"bf16 {n}", n, f"bf16_{n}_tflops", "TFLOP/s") for n in self.sides])
         if "pinned_h2d_1g_gbps" not in truth:
             self.row("bench transfer: pinned h2d/d2h", "-", "no pinned_host path on CPU", None)
             return
@@ -237,6 +279,25 @@ class Acceptance:
             self.agree(f"bench transfer (default variants): pinned {direction} at 1 GiB", cell and cell["gbps"], truth[f"pinned_{direction}_1g_gbps"], "GB/s")
             fastest = next((f for f in tr.get("fastest", []) if f["direction"] == direction), {})
             self.row(f"bench transfer: {direction} verdict names the fast path", "pinned", str(fastest.get("variant")), fastest.get("variant") == "pinned")
+
+    def beside_torch(self, doc: dict, bench: str, cells: list) -> None:
+        """devctl's figures as a share of PyTorch's (CUDA events, same bursts), where python3 has a CUDA torch."""
+        if self.cpu:
+            return
+        if getattr(self, "_torch", None) is None:
+            try:
+                self._torch = self.python(_TORCH, ",".join(map(str, self.copy_sizes)), *map(str, self.sides))
+            except Exception as e:  # noqa: BLE001 - no torch here: one row says so
+                self._torch = {}
+                self.row("PyTorch beside devctl", "-", f"not measured: {str(e)[-120:]}", None)
+        for label, key, truth_key, unit in cells:
+            value = self._torch.get(truth_key)
+            field = "gbps" if bench == "copy" else "tflops"
+            size = "size_bytes" if bench == "copy" else "n"
+            cell = next((c for c in doc["results"] if c[size] == key and not c["skipped"]), None)
+            if value and cell:
+                self.row(f"bench {'memory' if bench == 'copy' else 'matmul'}: {label} beside PyTorch", f"{_fig(value)} {unit} (PyTorch, CUDA events)",
+                         f"{_fig(cell[field])} {unit} ({cell[field] / value:.1%} of PyTorch)", None, "info")  # fmt: skip
 
     def shared_gpu(self) -> None:
         if self.cpu:
@@ -316,7 +377,7 @@ class Acceptance:
             top = self.devctl_json("memstats", "--pid", str(pid), "--top", "3", env=clean)
             biggest = top["arrays"][0]["nbytes"] if top.get("arrays") else None
             self.row("memstats --top answers", "8.0 MiB holder first", f"{biggest} bytes", biggest == 8 * MIB)
-            exp = self.devctl("exporter", "--once", env=clean)
+            exp = self.devctl("exporter", "--once", "--per-process", env=clean)
             series = [line for line in exp.stdout.splitlines() if line.startswith("devctl_job_live_array_bytes{") and f'pid="{pid}"' in line]
             self.row("exporter: the job's series", "devctl_job_live_array_bytes for the pid", f"{len(series)} series", bool(series))
             # communicate: the job's stderr (an allocator's dump) must never fill its pipe while we wait.
@@ -400,8 +461,9 @@ def main() -> int:
     acc.step("busy", acc.busy)
     passed = sum(r["result"] == "PASS" for r in acc.rows)
     failed = sum(r["result"] == "FAIL" for r in acc.rows)
+    shown = sum(r["result"] == "info" for r in acc.rows)
     print(f"# devctl GPU acceptance: {_machine()}; jax from {sys.executable}")
-    print(f"{passed} pass, {failed} fail, {len(acc.rows) - passed - failed} skip in {time.monotonic() - started:.0f} s; tolerance {TOLERANCE:.0%}\n")
+    print(f"{passed} pass, {failed} fail, {len(acc.rows) - passed - failed - shown} skip, {shown} shown in {time.monotonic() - started:.0f} s; tolerance {TOLERANCE:.0%}\n")
     print(acc.table())
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": acc.rows, "machine": _machine(), "elapsed_s": time.monotonic() - started}, indent=1))

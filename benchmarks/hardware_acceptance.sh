@@ -79,10 +79,31 @@ run() {
         echo '````'
         echo
     } >>"$BODY"
+    write_report
 }
 
 STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 T_ALL=$(now_ns)
+
+# The report is rewritten after every command, so a run cut short (an outer timeout, a lost machine)
+# still leaves what it did.
+write_report() {
+    local total_ms=$((($(now_ns) - T_ALL) / 1000000))
+    {
+        echo "# devctl hardware acceptance report"
+        echo
+        echo "- started: $STARTED, last written: $(date -u +%Y-%m-%dT%H:%M:%SZ), wall time so far: $((total_ms / 1000)) s"
+        echo "- host: $(uname -n), $(uname -srm)"
+        echo "- repository: $PWD (PYTHONPATH=$PYTHONPATH), interpreter: $PY"
+        echo "- commands: $N, not exiting 0: $FAILURES (a timeout is exit 124 or 137)"
+        echo
+        echo "| # | command | exit | status | wall time |"
+        echo "|---|---|---|---|---|"
+        cat "$ROWS"
+        echo
+        cat "$BODY"
+    } >"$REPORT.tmp" && mv -f "$REPORT.tmp" "$REPORT"
+}
 
 # The machine, as far as bash and coreutils (and the tools already there) tell.
 run "uname -a" 30 uname -a
@@ -102,33 +123,21 @@ run "python3 -m devctl plugins" "$CMD_TIMEOUT" "$PY" -m devctl plugins
 run "python3 -m devctl env" "$CMD_TIMEOUT" "$PY" -m devctl env
 run "python3 -m devctl memstats" "$CMD_TIMEOUT" "$PY" -m devctl memstats
 run "python3 -m devctl bench transfer --quick" "$CMD_TIMEOUT" "$PY" -m devctl bench transfer --quick
+run "python3 -m devctl bench memory --quick" "$CMD_TIMEOUT" "$PY" -m devctl bench memory --quick
+run "python3 -m devctl bench matmul --quick" "$CMD_TIMEOUT" "$PY" -m devctl bench matmul --quick
 run "python3 -m devctl check --platform gpu" "$CMD_TIMEOUT" "$PY" -m devctl check --platform gpu
 run "python3 -m devctl doctor" "$CMD_TIMEOUT" "$PY" -m devctl doctor
+
+# devctl's figures and verdicts beside ground truth measured on this machine, judged: one table, pass or fail
+# (benchmarks/gpu_acceptance.py: copy and matmul against JAX's own burst loop, pinned transfers, a second
+# process's real allocatable memory, a CUDA OOM post-mortem, a job publishing in the default directory, doctor,
+# GPM under a matmul loop). Its rows also go to REPORT's name with -acceptance.json for .md.
+run "python3 benchmarks/gpu_acceptance.py" "${ACCEPTANCE_TIMEOUT:-600}" "$PY" benchmarks/gpu_acceptance.py --json "${REPORT%.md}-acceptance.json"
 
 # The tests that need a real NVIDIA GPU (they skip elsewhere).
 run "python3 -m pytest -m gpu" "$PYTEST_TIMEOUT" "$PY" -m pytest -m gpu -rA -p no:cacheprovider
 
-# devctl's figures and verdicts beside ground truth measured on this machine, judged: one table, pass or fail
-# (benchmarks/gpu_acceptance.py: copy and matmul against JAX's own burst loop, pinned transfers, a second
-# process's real allocatable memory, a CUDA OOM post-mortem, a job publishing in the default directory, doctor).
-run "python3 benchmarks/gpu_acceptance.py" "${ACCEPTANCE_TIMEOUT:-600}" "$PY" benchmarks/gpu_acceptance.py
-
-T_END=$(now_ns)
-TOTAL_MS=$(((T_END - T_ALL) / 1000000))
-{
-    echo "# devctl hardware acceptance report"
-    echo
-    echo "- started: $STARTED, finished: $(date -u +%Y-%m-%dT%H:%M:%SZ), total wall time: $((TOTAL_MS / 1000)) s"
-    echo "- host: $(uname -n), $(uname -srm)"
-    echo "- repository: $PWD (PYTHONPATH=$PYTHONPATH), interpreter: $PY"
-    echo "- commands: $N, not exiting 0: $FAILURES (a timeout is exit 124 or 137)"
-    echo
-    echo "| # | command | exit | status | wall time |"
-    echo "|---|---|---|---|---|"
-    cat "$ROWS"
-    echo
-    cat "$BODY"
-} >"$REPORT"
+write_report
 rm -rf "$WORK"
 echo "report written to $REPORT ($N commands, $FAILURES not exiting 0)" >&2
 [ "$FAILURES" -eq 0 ]
