@@ -164,6 +164,34 @@ def test_all_variants(variants_run):
     assert donated["zero_copy"] and donated["gbps"] is None
 
 
+def test_each_cell_says_its_method_bandwidth_cells_in_bursts_latency_cells_call_by_call(variants_run):
+    # A latency cell (64K and below) is timed call by call: the launch and the sync are its figure. Above it, a cell
+    # whose calls can follow one another is timed in bursts of K calls and one sync, the per-call overhead apart. On
+    # CPU devices that is the same-device copy alone, each call copying the one before's result: XLA's CPU client runs
+    # device_puts from one source side by side on its threads (a burst would time several copies against one
+    # thread's memcpy roof), and a donation or a d2h needs a fresh source each time.
+    measured = [c for c in variants_run["results"] if not c["skipped"]]
+    assert {c["size_bytes"] for c in measured} == {4 * KIB, MIB}
+    for c in measured:
+        if c["size_bytes"] > 64 * KIB and (c["direction"], c["variant"]) == ("d2d-self", "put"):
+            assert c["method"] == "burst" and c["calls_per_sample"] >= 2, c
+            assert c["call_overhead_s"] is not None and c["single_call_s"] > 0, c
+            assert c["samples"] >= 3 and c["min_s"] <= c["median_s"] <= c["max_s"], c
+            assert c["verified"] is True and c["gbps"] > 0 and not c["zero_copy"], c
+        else:
+            assert (c["method"], c["calls_per_sample"], c["call_overhead_s"]) == ("single", 1, None), c
+        if c["gbps"] is not None:
+            # The figure is per call, whatever the method: the bytes of one transfer over the median's seconds per call.
+            assert c["gbps"] == pytest.approx(c["bytes_moved"] / c["median_s"] / 1e9), c
+
+
+def test_a_mesh_copy_on_its_own_devices_is_timed_in_bursts_too():
+    doc = bench("--sharded", "--direction", "d2d-self,h2d", "--sizes", "1M", "--repeats", "3", "--min-time", "0.005")
+    copy, h2d = one(doc, direction="d2d-self", size_bytes=MIB), one(doc, direction="h2d", size_bytes=MIB)
+    assert copy["layout"] == "sharded" and copy["method"] == "burst" and copy["calls_per_sample"] >= 2 and copy["gbps"] > 0
+    assert h2d["method"] == "single"  # from the host, on CPU devices: side by side in a burst
+
+
 def test_zero_copy_alias_is_flagged_not_reported_as_bandwidth(variants_run):
     # XLA's CPU client aliases a 64-byte-aligned numpy array instead of copying it.
     aligned = one(variants_run, direction="h2d", variant="aligned", size_bytes=MIB)
@@ -586,6 +614,15 @@ def test_gpu_quick_h2d_against_the_pcie_roof():
     fastest = {f["direction"]: f for f in doc["fastest"]}
     for direction in ("h2d", "d2h"):
         assert fastest[direction]["others"], fastest[direction]  # two paths measured: a fastest and the other
+    # On a GPU every 64M cell whose source can be sent again is timed in bursts (the launch and sync, ~0.2 ms an
+    # H200 call, reported apart): pinned h2d and d2h, the plain h2d, the on-device copy; the 4K cells call by call.
+    for c in doc["results"]:
+        if c["skipped"]:
+            continue
+        burst = c["size_bytes"] > 64 * KIB and (c["direction"], c["variant"]) in {("h2d", "pageable"), ("h2d", "pinned"), ("d2h", "pinned"), ("d2d-self", "put")}
+        assert c["method"] == ("burst" if burst else "single"), c
+        if burst:
+            assert c["calls_per_sample"] >= 2 and c["call_overhead_s"] is not None, c
 
 
 def test_csv_is_one_row_per_cell_and_mesh_figures_say_they_are_aggregates():

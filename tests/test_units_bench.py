@@ -16,6 +16,7 @@ import pytest
 from devctl.model import bench_transfer as m
 from devctl.model import gate
 from devctl.model.bench_transfer import Cell, TransferOptions, fastest_paths, host_bytes_needed
+from devctl.model.timing import single_timing
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
@@ -743,6 +744,24 @@ def test_a_size_the_device_cannot_hold_is_skipped_with_the_figures():
     assert b._cannot_run(spec) == "skipped: needs about 1.5 GiB on cuda:0, 1.0 GiB free"
 
 
+def test_a_burst_holds_at_most_a_quarter_of_the_free_memory_where_its_results_land():
+    from devctl.probe.transfer_recipes import Transfer
+
+    b = planned([gpu(0, limit=80 * GIB, in_use=16 * GIB), gpu(1, limit=80 * GIB, in_use=79 * GIB)], directions=("h2d", "d2d"), sizes_bytes=(64 * MIB,))
+    repeatable, fresh = Transfer(op=lambda _: None, burst=lambda: None), Transfer(op=lambda _: None)
+    specs = b.plan()[0]
+    h2d = next(s for s in specs if s.direction == "h2d" and s.variant == "pageable")
+    d2d = next(s for s in specs if s.direction == "d2d" and s.variant == "put" and s.dst.id == 1)
+    assert b._burst_limit(h2d, repeatable) == 8 * GIB // (64 * MIB)  # 64 GiB free on cuda:0: BURST_MEMORY_BYTES caps it
+    assert b._burst_limit(d2d, repeatable) == GIB // 4 // (64 * MIB)  # cuda:1 has 1 GiB free: its quarter caps it
+    assert b._burst_limit(h2d, fresh) == 0  # a fresh source each time: call by call
+    (small,) = (s for s in planned([gpu(0)], directions=("h2d",), sizes_bytes=(64 * KIB,)).plan()[0] if s.variant == "pageable")
+    assert b._burst_limit(small, repeatable) == 0  # a latency cell: call by call
+    full = planned([gpu(0, limit=80 * GIB, in_use=80 * GIB - 100 * MIB)], directions=("h2d",), sizes_bytes=(64 * MIB,))
+    (tight,) = (s for s in full.plan()[0] if s.variant == "pageable")
+    assert full._burst_limit(tight, repeatable) < 2  # no room for two results in flight: the cell is timed call by call
+
+
 def test_mesh_layouts_span_every_device_and_round_sharded_sizes_down():
     b = planned([gpu(i) for i in range(3)], layouts=("sharded", "replicated"), directions=("h2d", "d2d"), sizes_bytes=(MIB,))
     specs = b.plan()[0]
@@ -763,7 +782,7 @@ def test_a_cell_that_moved_no_bytes_is_zero_copy_with_no_bandwidth():
     b = planned([cpu(0), cpu(1)], sizes_bytes=(MIB,))
     roof = m.MemcpyRoof(MIB, 50, MIB / 10e9, 10.0)
     spec = Spec("d2h", "numpy", "single", MIB, b.local[0], None)
-    c = b._cell(spec, [1e-6, 2e-6, 3e-6], 0, True, roof, None)
+    c = b._cell(spec, single_timing([1e-6, 2e-6, 3e-6]), 0, True, roof, None)
     assert c.zero_copy and c.gbps is None and c.pct_of_roof is None and c.peak_gbps is None
     assert c.note == "zero-copy: np.asarray returns a view of the device buffer on this backend"
     assert c.median_s == 2e-6 and c.samples == 3
@@ -775,7 +794,7 @@ def test_a_measured_cell_has_its_rate_from_the_median_and_its_cpu_roof():
     b = planned([cpu(0), cpu(1)], sizes_bytes=(MIB,))
     roof = m.MemcpyRoof(MIB, 50, MIB / 10e9, 10.0)
     spec = Spec("h2d", "pageable", "single", 1_000_000, None, b.local[0])
-    c = b._cell(spec, [0.0002, 0.0004, 0.0001], 1_000_000, False, roof, "rounded down")
+    c = b._cell(spec, single_timing([0.0002, 0.0004, 0.0001]), 1_000_000, False, roof, "rounded down")
     assert c.gbps == pytest.approx(5.0) and c.peak_gbps == pytest.approx(10.0)  # median 200 us, fastest 100 us
     assert (c.roof, c.roof_gbps, c.pct_of_roof) == ("host_memcpy", 10.0, pytest.approx(50.0))
     assert (c.src, c.dst) == ("host", "cpu:0")

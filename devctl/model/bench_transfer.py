@@ -69,6 +69,12 @@ LARGE_SIZE = GIB  # added to the default sweep only where the device has room fo
 # 64M, not 16M: on a CPU backend 16M transfers land in one of two page-fault modes from run to run (a 2x
 # difference no gate can tell from a slower path); 64M ones stay within a few percent (benchmarks/README.md).
 QUICK_SIZES = (4 * KIB, 64 * MIB)
+# Up to this size a transfer is timed call by call, each with its block_until_ready: the launch and the sync are
+# most of it, and the figure (a latency) is what a program that waits for it pays. Above it a cell whose source
+# can be sent again is timed in bursts (method burst: K calls, one sync), as bench memory's copies are.
+LATENCY_MAX_BYTES = 64 * KIB
+# A burst's results in flight at once: at most this much, and at most a quarter of the memory free where they land.
+BURST_MEMORY_BYTES = 8 * GIB
 
 DEFAULT_REPEATS = 3  # nvbandwidth takes the median of 3 samples; small sizes get many more from --min-time
 DEFAULT_MIN_TIME_S = 0.03

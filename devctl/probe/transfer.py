@@ -8,10 +8,12 @@ Run as `python -m devctl.probe.transfer '<TransferOptions as JSON>'`. Events:
   done   {pcie, pcie_reason, elapsed_s}
   error  {kind: "usage", message}                      bad input only the child can see (an unknown device)
 
-Method (reference/monitoring-and-transfer.md B.6): untimed warm-ups; every timed
-call ends in block_until_ready (or returns host bytes); a fresh source for
-every repetition wherever JAX would cache or consume it; host buffers filled
-before any timing; statistics from the median; an alias of the source is
+Method (reference/monitoring-and-transfer.md B.6): untimed warm-ups; a latency cell (LATENCY_MAX_BYTES and
+below) and a cell that needs a fresh source for every repetition (wherever JAX would cache or consume it) is timed
+call by call, each ending in block_until_ready (or returning host bytes), as is one of CPU devices whose copies
+would overlap (Transfer.ordered); any other cell in bursts of K calls and one block_until_ready (devctl.probe.bench's engine: K calibrated so a burst lasts BURST_MIN_S, at most
+BURST_MEMORY_BYTES of results in flight), with single calls beside the first bursts for the per-call overhead and
+the bytes moved; host buffers filled before any timing; statistics from the median; an alias of the source is
 flagged zero-copy and given no bandwidth.
 
 This module runs the cells; beside it, by job: transfer_plan (which cells, on which devices),
@@ -29,7 +31,7 @@ from dataclasses import replace
 from devctl.model import bench_transfer as m
 from devctl.model import to_jsonable
 from devctl.model.timing import sample_stats, single_timing
-from devctl.probe.bench import begin, failure_note, host_environment
+from devctl.probe.bench import MIN_CALLS, Timing, begin, burst, choose_calls, failure_note, host_environment
 from devctl.probe.channel import emit, exit_child
 from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, memory_kinds
 from devctl.probe.transfer_links import LINK_SAMPLE_MIN_BYTES, read_nvml_links, sample_link
@@ -156,16 +158,21 @@ class Bench(Plan, Recipes):
             transfer = self._transfer(spec, host)
             verified = self._verify(transfer, host, spec) if self.opts.verify else None
             # The verification is itself an untimed transfer of the same call: it counts as a warm-up.
-            samples, moved_bytes = self._time(
-                transfer.prepare, transfer.op, transfer.sources, transfer.consumes_source, warmed=verified is not None
-            )
+            limit = self._burst_limit(spec, transfer)
+            if limit >= MIN_CALLS:
+                timing, moved_bytes = self._time_bursts(transfer, limit, warmed=verified is not None)
+            else:
+                samples, moved_bytes = self._time(
+                    transfer.prepare, transfer.op, transfer.sources, transfer.consumes_source, warmed=verified is not None
+                )
+                timing = single_timing(samples)
         except Exception as e:  # an out-of-memory or a backend refusal costs this cell, not the run
             return self._skipped(spec, failure_note(e))
         finally:
             transfer = None
             gc.enable()
         self._sample_links(spec)
-        return self._cell(spec, samples, moved_bytes, verified, roof, note)
+        return self._cell(spec, timing, moved_bytes, verified, roof, note)
 
     def _cannot_run(self, spec: Spec) -> str | None:
         if _no_pair(spec):
@@ -270,8 +277,71 @@ class Bench(Plan, Recipes):
             gc.enable()
         return samples, moved
 
-    def _cell(self, spec: Spec, samples, moved, verified, roof: m.MemcpyRoof, note) -> m.Cell:
-        st = single_timing(samples)
+    def _burst_limit(self, spec: Spec, transfer: Transfer) -> int:
+        """The most calls a burst of this cell may hold (results in flight, each `spec.size` bytes); 0 where the cell
+        is timed call by call: a latency, a source that must be fresh each time, or no room for MIN_CALLS results."""
+        if spec.size <= m.LATENCY_MAX_BYTES or transfer.burst is None:
+            return 0
+        if not transfer.ordered and any(d.platform == "cpu" for d in self._spec_devices(spec)):
+            return 0  # XLA's CPU client would run the burst's copies side by side (Transfer.ordered)
+        room = m.BURST_MEMORY_BYTES
+        landing = [spec.dst] if spec.direction in ("h2d", "d2d", "d2d-self") else [None]  # None: the host
+        if spec.direction == "d2d-self" or spec.layout != "single":
+            landing = self._spec_devices(spec) or landing
+        for d in landing:
+            free = host_available_bytes() if d is None or d == "mesh" or d.platform == "cpu" else device_free_bytes(d)
+            if free is not None:
+                room = min(room, free // 4)
+        per_call = spec.size // len(spec.devices) if spec.layout == "sharded" and spec.devices else spec.size
+        return int(room // max(per_call, 1))
+
+    def _time_bursts(self, transfer: Transfer, limit: int, warmed: bool) -> tuple[dict, int | None]:
+        """A bandwidth cell's Timing fields and the bytes that really moved: --warmups untimed calls, K calibrated
+        (at most `limit`), then samples of K calls dispatched back to back and one block_until_ready on the last,
+        until both --repeats and --min-time are met (bounded as `_time` is). While Timing.wants_single, a call timed
+        alone (op: dispatch and wait) goes before the burst: the per-call overhead, and the result whose buffers say
+        how many bytes moved (an alias of the source moved none)."""
+        opts = self.opts
+        start = transfer.burst
+        assert start is not None
+        for _ in range(max(opts.warmups - int(warmed), 0)):
+            start().block_until_ready()
+        emit("tick", samples=0)
+        timing = Timing(choose_calls(lambda calls: burst(start, calls), limit))
+        moved: int | None = None
+        timed = 0.0
+        wall_start = last_beat = time.perf_counter()
+        wall_cap = max(opts.min_time_s * WALL_FACTOR, 0.0)
+        gc.disable()  # a collection inside a timed stretch would be charged to the transfer
+        try:
+            while True:
+                alone = None
+                if timing.wants_single(timed):
+                    arg = transfer.prepare()
+                    t0 = time.perf_counter_ns()
+                    out = transfer.op(arg)
+                    alone = (time.perf_counter_ns() - t0) / 1e9
+                    got = moved_bytes(ranges(out), transfer.sources(arg))
+                    moved = got if moved is None else min(moved, got)
+                    del out, arg
+                wall = burst(start, timing.calls_per_sample)
+                timing.per_call.append(wall / timing.calls_per_sample)
+                if alone is not None:
+                    timing.single.append(alone)
+                    timing.extra.append(alone - timing.per_call[-1])
+                timed += wall
+                n = len(timing.per_call)
+                now = time.perf_counter()
+                if now - last_beat >= HEARTBEAT_S:
+                    emit("tick", samples=n)
+                    last_beat = now
+                if n >= opts.repeats and (timed >= opts.min_time_s or n >= MAX_SAMPLES or now - wall_start >= wall_cap):
+                    break
+        finally:
+            gc.enable()
+        return timing.stats(), moved
+
+    def _cell(self, spec: Spec, st: dict, moved, verified, roof: m.MemcpyRoof, note) -> m.Cell:
         zero = moved == 0
         involved = devices_involved(spec)
         gbps = None if zero or moved is None or not st["median_s"] else moved / st["median_s"] / 1e9

@@ -1,5 +1,6 @@
 """How `devctl bench transfer` moves the bytes of each cell: one recipe per direction, variant and layout,
-each an untimed `prepare` per repetition and a timed `op`, in the ways a JAX program moves data."""
+each an untimed `prepare` per repetition and a timed `op`, in the ways a JAX program moves data; and, where a
+repetition needs no fresh input, a `burst` call that starts one without waiting for it."""
 
 from __future__ import annotations
 
@@ -21,6 +22,15 @@ class Transfer:
     # after it, because touching a fresh array first (even its buffer pointer) warms caches that
     # np.asarray would fill inside the timing, and would flatter a d2h by ~10 us.
     consumes_source: bool = False
+    # Starts one repetition and returns its result without waiting (the bench waits on the last of a burst); the
+    # same source every call, so `sources(None)` is what no result may alias. None: each repetition needs a fresh
+    # input (a donated source, a device array whose host copy JAX caches), and the cell is timed call by call.
+    burst: Callable[[], Any] | None = None
+    # Each call of a burst copies the one before's result, so they run one after another on any backend. Transfers
+    # from one source may overlap instead: XLA's CPU client runs each device_put on a worker thread (a burst of two
+    # 64 MiB puts took half the time per call of one alone on the 2-core VM), which would time several copies at
+    # once against one thread's memcpy roof; on an accelerator they share one link, whose speed is the figure.
+    ordered: bool = False
 
 
 class Recipes:
@@ -37,20 +47,15 @@ class Recipes:
     def _t_h2d(self, spec: Spec, host: HostBuffers) -> Transfer:
         jax = self.jax
         dev = spec.dst
-        if spec.variant == "pageable":
-            src = host.pattern
-            return Transfer(lambda _: jax.device_put(src, dev).block_until_ready(), sources=lambda _: ranges(src))
-        if spec.variant == "aligned":
-            src = host.aligned()
-            return Transfer(lambda _: jax.device_put(src, dev).block_until_ready(), sources=lambda _: ranges(src))
+        if spec.variant in ("pageable", "aligned"):
+            src = host.pattern if spec.variant == "pageable" else host.aligned()
+            return _waited(lambda: jax.device_put(src, dev), src)
         from jax.sharding import SingleDeviceSharding
 
         pinned = jax.device_put(host.pattern, SingleDeviceSharding(dev, memory_kind="pinned_host"))
         pinned.block_until_ready()
         to_device = SingleDeviceSharding(dev, memory_kind="device")
-        return Transfer(
-            lambda _: jax.device_put(pinned, to_device).block_until_ready(), sources=lambda _: ranges(pinned)
-        )
+        return _waited(lambda: jax.device_put(pinned, to_device), pinned)
 
     def _t_d2h(self, spec: Spec, host: HostBuffers) -> Transfer:
         jax, np = self.jax, self.np
@@ -66,8 +71,12 @@ class Recipes:
         elif spec.variant == "pinned":
             from jax.sharding import SingleDeviceSharding
 
+            # The copy into pinned_host memory is the transfer, from the same device array every time (JAX caches
+            # the host copy of an array np.asarray has read, not of one device_put copies from), so it also runs in
+            # bursts; timed alone, the pinned result is read as numpy, as a program does.
             to_pinned = SingleDeviceSharding(spec.src, memory_kind="pinned_host")
-            op = lambda a: np.asarray(jax.device_put(a, to_pinned, may_alias=False).block_until_ready())
+            start = lambda: jax.device_put(master, to_pinned, may_alias=False)
+            return Transfer(lambda _: np.asarray(start().block_until_ready()), sources=lambda _: ranges(master), burst=start)
         else:  # async
 
             def op(a):
@@ -80,9 +89,7 @@ class Recipes:
         jax = self.jax
         master = self._on_device(host.pattern, spec.src)
         if spec.variant == "put":
-            return Transfer(
-                lambda _: jax.device_put(master, spec.dst).block_until_ready(), sources=lambda _: ranges(master)
-            )
+            return _waited(lambda: jax.device_put(master, spec.dst), master)
         fresh = lambda: jax.device_put(master, spec.src, may_alias=False).block_until_ready()
         return Transfer(
             lambda a: jax.device_put(a, spec.dst, donate=True).block_until_ready(),
@@ -97,10 +104,7 @@ class Recipes:
         master = self._on_device(host.pattern, dev)
         # Without may_alias=False a same-device put returns its input: a no-op, not a copy (reference B.3).
         if spec.variant == "put":
-            return Transfer(
-                lambda _: jax.device_put(master, dev, may_alias=False).block_until_ready(),
-                sources=lambda _: ranges(master),
-            )
+            return _chained(master, lambda a: jax.device_put(a, dev, may_alias=False))
         fresh = lambda: jax.device_put(master, dev, may_alias=False).block_until_ready()
         return Transfer(
             lambda a: jax.device_put(a, dev, may_alias=False, donate=True).block_until_ready(),
@@ -118,33 +122,21 @@ class Recipes:
         target = NamedSharding(Mesh(np.array(devices), ("x",)), part)
         src_host = host.pattern[: spec.size]
         if spec.direction == "h2d":
-            return Transfer(
-                lambda _: jax.device_put(src_host, target).block_until_ready(),
-                sources=lambda _: ranges(src_host),
-            )
+            return _waited(lambda: jax.device_put(src_host, target), src_host)
         if spec.direction == "d2d" and spec.layout == "replicated":
             # One array on the first device, broadcast to all: the copy that stays home may alias (and is not counted).
             master = self._on_device(src_host, spec.src)
-            return Transfer(
-                lambda _: jax.device_put(master, target).block_until_ready(),
-                sources=lambda _: ranges(master),
-            )
+            return _waited(lambda: jax.device_put(master, target), master)
         master = jax.device_put(src_host, target, may_alias=False).block_until_ready()
         master = jax.device_put(master, target, may_alias=False).block_until_ready()  # never an alias of host memory
         if spec.direction == "d2h":
             fresh = lambda: jax.device_put(master, target, may_alias=False).block_until_ready()
             return Transfer(np.asarray, prepare=fresh, sources=ranges)
         if spec.direction == "d2d-self":
-            return Transfer(
-                lambda _: jax.device_put(master, target, may_alias=False).block_until_ready(),
-                sources=lambda _: ranges(master),
-            )
+            return _chained(master, lambda a: jax.device_put(a, target, may_alias=False))
         # d2d on a mesh: the same layout on the devices rotated by one, so every device sends to its neighbour at once.
         rotated = NamedSharding(Mesh(np.array(devices[1:] + devices[:1]), ("x",)), part)
-        return Transfer(
-            lambda _: jax.device_put(master, rotated).block_until_ready(),
-            sources=lambda _: ranges(master),
-        )
+        return _waited(lambda: jax.device_put(master, rotated), master)
 
     def _on_device(self, host_array, dev):
         """A device copy of host bytes that is sure not to alias them (CPU devices may alias aligned numpy)."""
@@ -153,3 +145,20 @@ class Recipes:
         if overlaps(ranges(a), ranges(host_array)):
             a = jax.device_put(a, dev, may_alias=False).block_until_ready()
         return a
+
+
+def _waited(start: Callable[[], Any], source: Any) -> Transfer:
+    """A transfer from one fixed `source`: timed alone it waits for its result; in a burst, only the last is waited on."""
+    return Transfer(lambda _: start().block_until_ready(), sources=lambda _: ranges(source), burst=start)
+
+
+def _chained(master: Any, copy: Callable[[Any], Any]) -> Transfer:
+    """Copies of `master` on its own devices. Timed alone, each copies `master`; in a burst, each copies the result
+    of the one before (`ordered`), so a copy cannot start before the one before it has finished."""
+    last = [master]
+
+    def start() -> Any:
+        last[0] = copy(last[0])
+        return last[0]
+
+    return Transfer(lambda _: copy(master).block_until_ready(), sources=lambda _: ranges(master), burst=start, ordered=True)

@@ -143,7 +143,7 @@ def comparison_lines(comp: Comparison, what: str) -> list[str]:
     return lines
 
 
-def overhead_line(cells: Iterable[Any]) -> str | None:
+def overhead_line(cells: Iterable[Any], left_out_of: str = "the figures above") -> str | None:
     """One line: how much longer one call timed alone took than a call in a burst (JAX's launch and the host's
     sync), which the figures leave out and a step that waits for its result pays; the median over the cells, and
     their range. None: nothing timed."""
@@ -154,7 +154,7 @@ def overhead_line(cells: Iterable[Any]) -> str | None:
         return None
     low, high = f"{values[0] * 1e3:.2f}", f"{values[-1] * 1e3:.2f}"
     spread = f" (cells {low} – {high})" if low != high else ""
-    return f"Per call: launch + sync {statistics.median(values) * 1e3:.2f} ms{spread}, not in the figures above"
+    return f"Per call: launch + sync {statistics.median(values) * 1e3:.2f} ms{spread}, not in {left_out_of}"
 
 
 def print_view(table: list, sections: Iterable[list], prose: Iterable[str]) -> None:

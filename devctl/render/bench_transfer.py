@@ -9,8 +9,8 @@ whole, one row per line.
 
 from __future__ import annotations
 
-from devctl.model.bench_transfer import Cell, Fastest, Roofs, TransferReport, above_roof
-from devctl.render.bench import BAR_WIDTH, bar, boxed_table, print_view
+from devctl.model.bench_transfer import LATENCY_MAX_BYTES, Cell, Fastest, Roofs, TransferReport, above_roof
+from devctl.render.bench import BAR_WIDTH, bar, boxed_table, overhead_line, print_view
 from devctl.units import figure, format_seconds, format_size_short
 
 
@@ -185,6 +185,8 @@ def summary_lines(report: TransferReport) -> list[str]:
         if f.advice:
             lines.append(f"Advice: {f.advice}")
     lines += roof_lines(report)
+    overhead = overhead_line(report.results, f"the figures above {format_size_short(LATENCY_MAX_BYTES)} (timed in bursts); the latency cells include it")
+    lines += [overhead] if overhead else []
     env = report.environment
     for key in ("sweep_note", "pairs_note"):
         if env.get(key):
@@ -306,13 +308,13 @@ def _short(n) -> str:
 def csv_rows(report: TransferReport) -> tuple[list[str], list[list]]:
     """One row per cell, raw values: sizes in bytes, times in seconds, bandwidths in GB/s (decimal)."""
     header = [
-        "direction", "variant", "layout", "src", "dst", "size_bytes", "bytes_moved", "samples", "min_s", "p10_s",
-        "median_s", "p90_s", "max_s", "gbps", "per_device_gbps", "zero_copy", "verified", "roof", "roof_gbps",
+        "direction", "variant", "layout", "src", "dst", "size_bytes", "bytes_moved", "method", "calls_per_sample",
+        "samples", "min_s", "p10_s", "median_s", "p90_s", "max_s", "single_call_s", "call_overhead_s", "gbps", "per_device_gbps", "zero_copy", "verified", "roof", "roof_gbps",
         "pct_of_roof", "suspect", "skipped", "note",
     ]  # fmt: skip
     rows = [
-        [c.direction, c.variant, c.layout, c.src, c.dst, c.size_bytes, c.bytes_moved, c.samples, c.min_s, c.p10_s,
-         c.median_s, c.p90_s, c.max_s, c.gbps, c.per_device_gbps, c.zero_copy, c.verified, c.roof, c.roof_gbps,
+        [c.direction, c.variant, c.layout, c.src, c.dst, c.size_bytes, c.bytes_moved, c.method, c.calls_per_sample,
+         c.samples, c.min_s, c.p10_s, c.median_s, c.p90_s, c.max_s, c.single_call_s, c.call_overhead_s, c.gbps, c.per_device_gbps, c.zero_copy, c.verified, c.roof, c.roof_gbps,
          c.pct_of_roof, c.suspect, c.skipped, c.note]
         for c in report.results
     ]  # fmt: skip
