@@ -50,11 +50,18 @@ def check_backends(ctx: Context) -> Verdict:
         "default_platform": inv.default_platform,
     }
     problems, remedies = [], []
+    no_chip = False  # an expected TPU on a machine without one: the tpu check's failure, this one follows from it
     for expected in exp.platforms or ():
         if any(platform_matches(expected, b.platform) for b in ok):
             continue
         related = [b for b in rows if platform_matches(expected, b.platform)]
-        if related:
+        if related and related[0].status is BackendStatus.SKIPPED and related[0].platform == "tpu":
+            # JAX passes over the TPU backend where there is no chip (quiet_tpu_without_chips): no install or
+            # setting brings one, so "JAX ignores this backend" is no advice to a job that expects a TPU.
+            problems.append(f"expected {expected}: no TPU chip on this machine")
+            remedies.append("run this job on a TPU VM")
+            no_chip = True
+        elif related:
             problems.append(f"expected {expected}: {_failure(related[0], exp.timeout_s)}")
             remedies.append(related[0].hint or "run devctl doctor for a diagnosis")
         else:
@@ -72,7 +79,8 @@ def check_backends(ctx: Context) -> Verdict:
         # (kept as the cause only where env failed too: JAX_ENABLE_X64=maybe, a refused XLA_FLAGS).
         return because("env", verdict) if outcome.fix_env else verdict
     if problems:
-        return failed(join(problems, 2), remedies[0], **details)
+        verdict = failed(join(problems, 2), remedies[0], **details)
+        return because("tpu", verdict) if no_chip and len(problems) == 1 else verdict
     if not ok:
         why = join([_failure(b, exp.timeout_s) for b in rows], 2) or "no backend is registered"
         return failed(f"no JAX backend initialized: {why}", "run devctl doctor for a diagnosis", **details)
