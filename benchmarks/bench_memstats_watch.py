@@ -1,10 +1,12 @@
 """Issue 3 budgets for `devctl memstats --watch`, measured.
 
-    python benchmarks/bench_memstats_watch.py [--devices 8] [--seconds 20]
+    python benchmarks/bench_memstats_watch.py [--devices 8] [--seconds 20] [--frame-only]
 
 1. One refresh beyond the first snapshot (MemstatsSampler.sample) with N forced CPU devices and a
    publishing job: target <= 10 ms.
 2. The watch process's CPU at 1 Hz, after its first snapshot: target <= 2% of one core.
+3. One frame of the live view (WatchView.add and its lines, 200 x 50) of the goldens' 8-GPU node with GPM
+   busy-ness, the busy history full (issue 25), beside the same frame without busy-ness (no busy history).
 """
 
 from __future__ import annotations
@@ -83,12 +85,47 @@ def watch_cpu(devices: int, runtime_dir: str, seconds: float) -> float:
     return 100 * (c1 - c0) / (t1 - t0)
 
 
+def frame_cost(frames: int) -> tuple[float, float]:
+    """Median seconds of one live-view frame, with and without busy-ness (and so the busy history)."""
+    import dataclasses
+    import statistics
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from golden_reports import memstats_gpu8
+
+    from devctl.render.memstats import WatchView
+
+    busy = memstats_gpu8()
+    idle = dataclasses.replace(busy, devices=[dataclasses.replace(d, busy=None) for d in busy.devices])
+    medians = []
+    for snapshot in (busy, idle):
+        view = WatchView()
+        for n in range(20):  # every history full
+            view.add(snapshot)
+            view.lines(snapshot, 1.0, n + 1, 200, 50)
+        times = []
+        for n in range(frames):
+            t0 = time.perf_counter()
+            view.add(snapshot)
+            view.lines(snapshot, 1.0, n + 21, 200, 50)
+            times.append(time.perf_counter() - t0)
+        medians.append(statistics.median(times))
+    return medians[0], medians[1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--devices", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--samples", type=int, default=50)
+    ap.add_argument("--frames", type=int, default=200)
+    ap.add_argument("--frame-only", action="store_true", help="only the live view's frame (3.): no JAX, no publisher")
     args = ap.parse_args()
+    with_busy, without = frame_cost(args.frames)
+    print(f"one live-view frame, 8 GPUs, 200 x 50: {with_busy * 1e3:.2f} ms median with busy-ness and its history full, "
+          f"{without * 1e3:.2f} ms without, over {args.frames}")  # fmt: skip
+    if args.frame_only:
+        return
     runtime_dir = tempfile.mkdtemp(prefix="devctl-bench-")
     os.chmod(runtime_dir, 0o700)
     pub = start_publisher(args.devices, runtime_dir)

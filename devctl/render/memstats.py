@@ -2,14 +2,17 @@
 
 Narrow terminals: the device table keeps the device, its use and headroom; the kind every device shares
 becomes one line above it, and the peak, limit and driver columns give way in that order (the live view's
-bar marks the peak). A process's command goes on a line of its own under its row, once per job. The live
-view also fits the window's height: the devices first, then problems and the headroom, then as many
-processes as fit (with a line saying how many more there are), then the rest.
+bar marks the peak); in the live view the busy figures give way before their sparkline, which goes (with its
+legend) before the memory history. A process's command goes on a line of its own under its row, once per
+job. The live view also fits the window's height: the devices first, then problems and the headroom, then
+what the busy history plots, then as many processes as fit (with a line saying how many more there are),
+then the rest.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import time
 from collections import defaultdict, deque
@@ -21,13 +24,17 @@ from devctl.units import format_bytes
 _SPARK = "▁▂▃▄▅▆▇█"
 _NO_READING = "·"  # a sample that said nothing of the device (its only job exited, an NVML hiccup)
 BUSY = "SM/TC/DRAM %"
+BUSY_HISTORY = "busy history"  # the live view's sparkline of how busy each device was
 # The live view's cells are as wide as these from the first frame, so a value that changes its width (0 B ->
 # 530.0 MiB, a job's row coming and going) moves no column: the widest each format writes.
 _LIVE_WIDTHS = {
-    "usage": 15, "history": 12, "in use": 17, "peak": 10, "limit": 10, "free": 10, "usable": 10, "total": 10, BUSY: 11,
+    "usage": 15, "history": 12, BUSY_HISTORY: 16, "in use": 17, "peak": 10, "limit": 10, "free": 10, "usable": 10, "total": 10, BUSY: 11,
     "pid": 7, "memory": 10, "arrays": 6, "headroom": 10,
 }  # fmt: skip
 _HISTORY = 12  # samples the live view's sparkline shows
+_BUSY_HISTORY = 16  # samples the live view's busy sparkline shows
+# What each kind of busy figure is, in the live view's legend: the figure the busy column leads with.
+_BUSY_FIGURES = {"gpm": "SM active % (GPM)", "nvml-utilization": "NVML utilization % (no GPM)", "tpu": "duty cycle % (TPU)"}
 _LIVE_BAR = 8  # cells of the live view's usage bar
 # Table cells and lines carry text other users and jobs wrote (command lines, snapshot fields, file
 # names): every one goes through printable() so no escape sequence or newline reaches the terminal.
@@ -68,6 +75,38 @@ def busy_cell(device) -> str:
     return "/".join(_percent(v) for v in parts)
 
 
+def busy_figure(device) -> tuple[str, float | None] | None:
+    """The figure the busy column leads with, in percent, and its kind: GPM's SM active ("gpm"), else NVML's
+    utilization ("nvml-utilization"); a TPU chip's duty cycle by its holder's libtpu ("tpu"). (kind, None) where
+    this sample gave none (a MIG GPU has no whole-GPU figure); None for a device with no busy-ness at all."""
+    b = device.busy
+    if b is not None:
+        kind = "gpm" if b.source == "gpm" else "nvml-utilization"
+        ratio = b.counters.sm_active_ratio if kind == "gpm" else b.kernel_active_ratio
+        value = None if ratio is None else 100 * ratio
+    elif device.runtime is not None:
+        kind, value = "tpu", device.runtime.duty_cycle_percent
+    else:
+        return None
+    return kind, value if value is not None and math.isfinite(value) else None
+
+
+def busy_sparkline(percents, length: int = _BUSY_HISTORY) -> str:
+    """One cell per sample, the newest on the right, `length` cells from the first sample: its height the
+    percentage on one 0-100% scale (never scaled to the largest value shown, so rows compare at a glance); '·'
+    for a sample without a figure; '-' where none of them had one (never a row of zeros)."""
+    values = list(percents)[-length:]
+    if all(v is None for v in values):
+        return "-".rjust(length)
+    return sparkline(values, 100, length)
+
+
+def busy_history_legend(kinds, length: int = _BUSY_HISTORY) -> str:
+    """'busy history: SM active % (GPM), last 16 samples, ▁ 0 to █ 100%, · no figure': one line at 80 columns."""
+    figures = ", ".join(_BUSY_FIGURES[k] for k in _BUSY_FIGURES if k in kinds)
+    return f"{BUSY_HISTORY}: {figures}, last {length} samples, {_SPARK[0]} 0 to {_SPARK[-1]} 100%, {_NO_READING} no figure"
+
+
 def _percent(ratio: float | None) -> str:
     return "-" if ratio is None else f"{100 * ratio:.0f}"
 
@@ -97,11 +136,12 @@ def _in_use(d) -> str:
 
 
 def device_table(
-    snapshot, history: dict | None = None, peaks: dict | None = None, busy: bool | None = None
+    snapshot, history: dict | None = None, peaks: dict | None = None, busy: bool | None = None, busy_history: dict | None = None
 ) -> tuple[list[Column], list[list[str]]]:
     """The devices' columns and rows; with `history` (the live view) a usage bar and a sparkline, every cell
     as wide as its column's widest value can be, and no column goes under its row: a live view has no lines
-    to spare. `busy`: a busy column (default: where a device has figures for it)."""
+    to spare. `busy`: a busy column (default: where a device has figures for it). `busy_history` (the live
+    view's, device key -> its last busy percentages): a sparkline of them, before the busy column."""
     live = history is not None
     busy = any(d.busy is not None for d in snapshot.devices) if busy is None else busy
     columns = [
@@ -120,6 +160,11 @@ def device_table(
         # Only what every row keeps saying may go above the table: a live value said once would go stale.
         columns = [dataclasses.replace(c, detail=False, hoist=c.header in ("kind", "total", "status"),
                                        priority={"status": 3, "in use": 0}.get(c.header, c.priority)) for c in columns]
+        if busy_history is not None:
+            # Beside the figures it plots, and before them: where the width runs short, the three figures give
+            # way first and the history of the first stays (as the memory history stays where its figures go).
+            spark_at = [c.header for c in columns].index("in use") + 1
+            columns.insert(spark_at, Column(BUSY_HISTORY, priority=2, detail=False, hoist=False))
     rows = []
     for d in snapshot.devices:
         driver = d.driver or {}
@@ -138,6 +183,8 @@ def device_table(
         if live:
             used, capacity = device_usage(snapshot, d)
             row[2:2] = [usage_bar(used, capacity, (peaks or {}).get(d.key), _LIVE_BAR), sparkline((history or {}).get(d.key, ()), capacity, _HISTORY)]
+            if busy_history is not None:
+                row.insert(spark_at, busy_sparkline(busy_history.get(d.key, ())))
         rows.append(_cells(*row))
     return columns, _padded(columns, rows) if live else rows
 
@@ -329,11 +376,17 @@ def sparkline(values, capacity: int | None = None, length: int | None = None) ->
 
 
 class WatchView:
-    """Keeps what the live view shows across samples: the last samples per device, the peak seen, the jobs
-    that exited, and the layout of the first frame, kept while the terminal's size is the same."""
+    """Keeps what the live view shows across samples: the last samples per device (its memory in use, how busy
+    it was), the peak seen, the jobs that exited, and the layout of the first frame, kept while the terminal's
+    size is the same. Every history is bounded: a device's holds its last samples, and a device gone from the
+    samples is forgotten once none of its last samples had a figure."""
 
-    def __init__(self, length: int = _HISTORY):
+    def __init__(self, length: int = _HISTORY, busy_length: int = _BUSY_HISTORY):
         self.history: dict[str, deque] = defaultdict(lambda: deque(maxlen=length))
+        self.busy_length = busy_length
+        # device key -> its last samples' busy_figure: (kind, percent), None where the sample had none of it
+        self.busy_history: dict[str, deque[tuple[str, float | None] | None]] = {}
+        self.busy_kinds: set[str] = set()  # the kinds of busy figure seen; the sparkline is shown from the first on
         self.peaks: dict[str, int] = {}
         self.exits: deque[str] = deque(maxlen=_EXITS_KEPT)
         self.earlier_exits: list[str] = []  # jobs that exited before the latest sample, still shown
@@ -349,6 +402,7 @@ class WatchView:
         self.exits.extend(p for p in snapshot.problems if _is_exit(p))
         if self.busy is None:
             self.busy = any(d.busy is not None for d in snapshot.devices)
+        self._add_busy(snapshot)
         for d in snapshot.devices:
             used, _ = device_usage(snapshot, d)
             self.history[d.key].append(used)
@@ -367,6 +421,31 @@ class WatchView:
         self.exited = deque(((pid, [(p, gone.get(pid, word)) for p, word in rows]) for pid, rows in self.exited), maxlen=_EXITS_KEPT)
         self.exited = deque(((pid, rows) for pid, rows in self.exited if pid not in jobs), maxlen=_EXITS_KEPT)
         self.jobs = dict(jobs)
+
+    def _add_busy(self, snapshot) -> None:
+        figures = {d.key: busy_figure(d) for d in snapshot.devices}
+        self.busy_kinds.update(lead[0] for lead in figures.values() if lead is not None)
+        # A device missing from this sample (a GPU lost, a filter's device gone): a gap in its history, which
+        # shows if it comes back; forgotten once its history holds no figure, so the keys stay bounded too.
+        for key in [k for k in self.busy_history if k not in figures]:
+            self.busy_history[key].append(None)
+            if all(e is None or e[1] is None for e in self.busy_history[key]):
+                del self.busy_history[key]
+        for key, lead in figures.items():
+            self.busy_history.setdefault(key, deque(maxlen=self.busy_length)).append(lead)
+
+    def busy_rows(self) -> tuple[dict[str, list[float | None]], set[str]]:
+        """Each device's percentages to plot, and the kinds of figure they are. A row plots one measure: that of
+        its newest figure; a sample of another (a GPM GPU whose GPM gave nothing once, so its busy column fell back
+        to NVML's utilization, a higher figure) is a gap in it, not a jump."""
+        rows: dict[str, list[float | None]] = {}
+        kinds: set[str] = set()
+        for key, entries in self.busy_history.items():
+            kind = next((e[0] for e in reversed(entries) if e is not None and e[1] is not None), None)
+            rows[key] = [e[1] if e is not None and e[0] == kind else None for e in entries]
+            if kind is not None:
+                kinds.add(kind)
+        return rows, kinds
 
     def renderable(self, snapshot, interval_s: float, sample_no: int, *, width: int | None = None, height: int | None = None):
         """The view as one rich renderable that fits `width` x `height` (the terminal's by default)."""
@@ -390,17 +469,25 @@ class WatchView:
             f"devctl memstats --watch: sample {sample_no} at {stamp(snapshot.timestamp)[11:]}, every {interval_s:g} s (Ctrl-C to stop)",
             width, hang="  ")]  # fmt: skip
         footer = [Text(line) for line in self.footer(snapshot, width)]
-        columns, rows = device_table(snapshot, self.history, self.peaks, busy=bool(self.busy))
+        spark, plotted = self.busy_rows() if self.busy_kinds else (None, set())
+        columns, rows = device_table(snapshot, self.history, self.peaks, busy=bool(self.busy), busy_history=spark)
         devices = _table_within(columns, rows, "devices", width, room - len(head), "devices", self.layouts["devices"])
         room -= len(head) + len(devices)
         footer = footer[: max(room, 0)]
         room -= len(footer)
+        legend: list = []
+        fit = self.layouts["devices"].get("fit")
+        if spark is not None and fit is not None and fit.placement[[c.header for c in columns].index(BUSY_HISTORY)] == "table":
+            # What the sparkline plots, said where it is shown (a narrow window drops the column, and this with it).
+            legend = _wrapped(busy_history_legend(plotted or self.busy_kinds, self.busy_length), width)
+            legend = legend if len(legend) <= room else []
+            room -= len(legend)
         processes: list = []
         exited = [p for _, rows in self.exited for p in rows]
         if (snapshot.processes or exited) and room > 0:
             columns, rows = process_table(snapshot, exited)
             processes = _table_within(columns, rows, "processes", width, room, "processes", self.layouts["processes"])
-        return head + devices + processes + footer
+        return head + devices + legend + processes + footer
 
     def footer(self, snapshot, width: int) -> list[str]:
         """At most two lines, each cut to `width`: the headroom, and the most pressing problem (with how many
