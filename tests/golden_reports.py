@@ -596,8 +596,22 @@ def cluster_gpu2x8():
 # ---- what the golden tests render ---------------------------------------------------------------------
 
 # golden name -> the report; devctl.render.emit picks its table by the report's schema id, as every command does.
+def list_h200():
+    """`devctl list --json` as it came from a real H200 (jax 0.11.2, CUDA 13 plugin, 2026-11-27: the hardware run of
+    benchmarks/results/h200-acceptance-2026-11-27.md), read back as the model reads it."""
+    import json
+    from pathlib import Path
+
+    from devctl.collect.list_ import Inventory
+    from devctl.model import from_dict
+
+    doc = json.loads((Path(__file__).parent / "fixtures" / "h200" / "list-2026-11-27.json").read_text())
+    return from_dict(Inventory, doc)
+
+
 VIEWS = {
     "list-gpu8": list_gpu8,
+    "list-h200": list_h200,
     "list-cpu-broken": list_cpu_broken,
     "cluster-gpu2x8": cluster_gpu2x8,
     "plugins-gpu": plugins_gpu,

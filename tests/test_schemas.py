@@ -330,3 +330,17 @@ def test_generator_on_small_types():
 @dataclass(frozen=True)
 class _Bad:
     color: _Color
+
+
+@pytest.mark.parametrize("fixture, schema", [("list-2026-11-27.json", "list")])
+def test_documents_a_real_h200_gave_match_their_schemas(fixture, schema):
+    """What devctl printed with --json on a real NVIDIA H200 (tests/fixtures/h200/, today's schema versions; the
+    older documents there are read by from_dict's tolerant reader, tests/test_units_memory.py) is what its schema
+    says."""
+    import json
+    from pathlib import Path
+
+    from conftest import validate_schema
+
+    doc = json.loads((Path(__file__).parent / "fixtures" / "h200" / fixture).read_text())
+    validate_schema(doc, schema)
