@@ -26,6 +26,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from devctl.model.bench import BURST_MIN_S, ChipOptions
@@ -230,23 +231,24 @@ def choose_calls(run_burst: Callable[[int], float], limit: int = MAX_CALLS, targ
         calls = min(limit, max(2 * calls, min(16 * calls, aim)))
 
 
-def calibrate(call: Callable[[], Any]) -> int:
-    """K for `call` (its calibration bursts are untimed for the figures: warm-ups too)."""
-    return choose_calls(lambda calls: burst(call, calls), burst_limit(call))
+def time_interleaved(
+    calls: dict[str, Callable[[], Any]], opts: Any, *, timed_alone: dict[str, Callable[[], float]] | None = None,
+    limits: dict[str, int] | None = None, warmed: int = 0,
+) -> dict[str, Timing]:
+    """Each device's Timing of its `call` (which must return an array without waiting for it; where its results
+    are to follow one another, each call feeds its result to the next). `opts`: a bench's options (repeats,
+    min_time_s, warmups).
 
-
-def time_interleaved(calls: dict[str, Callable[[], Any]], opts: ChipOptions) -> dict[str, Timing]:
-    """Each device's Timing of its `call` (which must return an array, and feed its result to the next call).
-
-    Each device gets --warmups untimed calls, then its burst length K is calibrated (choose_calls). The devices
-    take turns, one sample each per round (the first of the round rotating): whatever else the machine is doing at
-    a moment slows every device alike, so a device is named a straggler for being slow, not for being measured
-    while another job ran. A device's turn in a round is one burst, after one single call while
-    Timing.wants_single. Rounds go on until every device has --repeats samples and --min-time of timed bursts (or
-    MAX_SAMPLES, or the wall-clock cap).
+    Each device gets --warmups untimed calls (less `warmed`, calls already made), then its burst length K is
+    calibrated (choose_calls, at most `limits[name]` or burst_limit). The devices take turns, one sample each per
+    round (the first of the round rotating): whatever else the machine is doing at a moment slows every device
+    alike, so a device is named a straggler for being slow, not for being measured while another job ran. A
+    device's turn in a round is one burst, after one call timed alone while Timing.wants_single (single_call, or
+    `timed_alone[name]`, its seconds, where the caller times that call its own way). Rounds go on until every
+    device has --repeats samples and --min-time of timed bursts (or MAX_SAMPLES, or the wall-clock cap).
     """
     for call in calls.values():
-        for _ in range(opts.warmups):
+        for _ in range(max(opts.warmups - warmed, 0)):
             t0 = time.perf_counter()
             call().block_until_ready()
             # One warm-up longer than the whole time budget has warmed all there is.
@@ -259,7 +261,9 @@ def time_interleaved(calls: dict[str, Callable[[], Any]], opts: ChipOptions) -> 
     try:
         timings = {}
         for k in names:
-            timings[k] = Timing(calibrate(calls[k]))
+            call = calls[k]
+            limit = (limits or {}).get(k, burst_limit(call))
+            timings[k] = Timing(choose_calls(partial(burst, call), limit))
             emit("tick", samples=0)
         timed = dict.fromkeys(names, 0.0)
         wall_start = last_beat = time.perf_counter()
@@ -268,7 +272,8 @@ def time_interleaved(calls: dict[str, Callable[[], Any]], opts: ChipOptions) -> 
             first = r % len(names)
             for k in names[first:] + names[:first]:
                 t = timings[k]
-                alone = single_call(calls[k]) if t.wants_single(timed[k]) else None
+                time_alone = (timed_alone or {}).get(k) or partial(single_call, calls[k])
+                alone = time_alone() if t.wants_single(timed[k]) else None
                 wall = burst(calls[k], t.calls_per_sample)
                 t.per_call.append(wall / t.calls_per_sample)
                 if alone is not None:

@@ -31,7 +31,7 @@ from dataclasses import replace
 from devctl.model import bench_transfer as m
 from devctl.model import to_jsonable
 from devctl.model.timing import sample_stats, single_timing
-from devctl.probe.bench import MIN_CALLS, Timing, begin, burst, choose_calls, failure_note, host_environment
+from devctl.probe.bench import MIN_CALLS, begin, failure_note, host_environment, time_interleaved
 from devctl.probe.channel import emit, exit_child
 from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, memory_kinds
 from devctl.probe.transfer_links import LINK_SAMPLE_MIN_BYTES, read_nvml_links, sample_link
@@ -296,50 +296,23 @@ class Bench(Plan, Recipes):
         return int(room // max(per_call, 1))
 
     def _time_bursts(self, transfer: Transfer, limit: int, warmed: bool) -> tuple[dict, int | None]:
-        """A bandwidth cell's Timing fields and the bytes that really moved: --warmups untimed calls, K calibrated
-        (at most `limit`), then samples of K calls dispatched back to back and one block_until_ready on the last,
-        until both --repeats and --min-time are met (bounded as `_time` is). While Timing.wants_single, a call timed
-        alone (op: dispatch and wait) goes before the burst: the per-call overhead, and the result whose buffers say
-        how many bytes moved (an alias of the source moved none)."""
-        opts = self.opts
-        start = transfer.burst
-        assert start is not None
-        for _ in range(max(opts.warmups - int(warmed), 0)):
-            start().block_until_ready()
-        emit("tick", samples=0)
-        timing = Timing(choose_calls(lambda calls: burst(start, calls), limit))
-        moved: int | None = None
-        timed = 0.0
-        wall_start = last_beat = time.perf_counter()
-        wall_cap = max(opts.min_time_s * WALL_FACTOR, 0.0)
-        gc.disable()  # a collection inside a timed stretch would be charged to the transfer
-        try:
-            while True:
-                alone = None
-                if timing.wants_single(timed):
-                    arg = transfer.prepare()
-                    t0 = time.perf_counter_ns()
-                    out = transfer.op(arg)
-                    alone = (time.perf_counter_ns() - t0) / 1e9
-                    got = moved_bytes(ranges(out), transfer.sources(arg))
-                    moved = got if moved is None else min(moved, got)
-                    del out, arg
-                wall = burst(start, timing.calls_per_sample)
-                timing.per_call.append(wall / timing.calls_per_sample)
-                if alone is not None:
-                    timing.single.append(alone)
-                    timing.extra.append(alone - timing.per_call[-1])
-                timed += wall
-                n = len(timing.per_call)
-                now = time.perf_counter()
-                if now - last_beat >= HEARTBEAT_S:
-                    emit("tick", samples=n)
-                    last_beat = now
-                if n >= opts.repeats and (timed >= opts.min_time_s or n >= MAX_SAMPLES or now - wall_start >= wall_cap):
-                    break
-        finally:
-            gc.enable()
-        return timing.stats(), moved
+        """A bandwidth cell's Timing fields and the bytes that really moved, timed by the engine the per-device
+        benches use (probe.bench.time_interleaved, with this one cell): bursts of K calls (at most `limit`) and one
+        block_until_ready, and beside the first of them a call timed alone (op: dispatch and wait), whose result's
+        buffers also say how many bytes moved (an alias of the source moved none)."""
+        moved: list[int] = []
+
+        def alone() -> float:
+            arg = transfer.prepare()
+            t0 = time.perf_counter_ns()
+            out = transfer.op(arg)
+            seconds = (time.perf_counter_ns() - t0) / 1e9
+            moved.append(moved_bytes(ranges(out), transfer.sources(arg)))
+            return seconds
+
+        assert transfer.burst is not None
+        timing = time_interleaved({"cell": transfer.burst}, self.opts, timed_alone={"cell": alone}, limits={"cell": limit}, warmed=int(warmed))
+        return timing["cell"].stats(), min(moved, default=None)
 
     def _cell(self, spec: Spec, st: dict, moved, verified, roof: m.MemcpyRoof, note) -> m.Cell:
         zero = moved == 0
