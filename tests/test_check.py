@@ -387,6 +387,67 @@ def test_compute_and_transfer_verdicts_name_the_bad_device():
     assert "d2d on cuda:0->cuda:1: 3 of 1048576 bytes changed" in transfer.message and "SIGSEGV" in transfer.message
 
 
+def test_the_health_childs_own_comparisons_given_a_wrong_answer_fail_compute_and_transfer():
+    """Issue 22: the comparisons the health child makes on what came back from each device (probe.health's
+    matmul_error, sum_error, same_bytes), handed a real JAX answer with one value or byte wrong, give trials that
+    fail the compute and transfer rows, naming the device and what was wrong; the right answers pass."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from devctl.checks.compute import check_compute, check_transfer
+    from devctl.model.check import CheckStatus, Expectations, HealthProbeResult
+    from devctl.probe import health
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((health.MATMUL_N, health.MATMUL_N), dtype=np.float32)
+    b = rng.standard_normal((health.MATMUL_N, health.MATMUL_N), dtype=np.float32)
+    v = rng.random(health.SUM_N, dtype=np.float32)
+    mm_ref, sum_ref = a.astype(np.float64) @ b.astype(np.float64), float(v.astype(np.float64).sum())
+    product = np.asarray(jax.jit(lambda x, y: jnp.matmul(x, y, precision="highest"))(a, b))
+    total = float(jax.jit(jnp.sum)(v))
+    payload = rng.integers(0, 256, size=health.TRANSFER_BYTES, dtype=np.uint8)
+    devices = [SimpleNamespace(platform="cpu", id=i) for i in range(2)]
+
+    def verdicts(wrong_product, wrong_total, wrong_back, wrong_d2d=payload):
+        """The rows' verdicts when cpu:1 gave these answers, and these bytes arrived from cpu:0 (cpu:0 right)."""
+        events = []
+        for d, (p, t, back) in zip(devices, [(product, total, payload), (wrong_product, wrong_total, wrong_back)]):
+            events.append(health.compute_trial("matmul", d, lambda p=p: health.matmul_error(np, p, mm_ref), health.MATMUL_TOLERANCE))
+            events.append(health.compute_trial("sum", d, lambda t=t: health.sum_error(t, sum_ref), health.SUM_TOLERANCE))
+            base = {"test": "h2d-d2h", "device": f"cpu:{d.id}", "platform": "cpu", "size_bytes": payload.nbytes}
+            events.append(health.transfer_trial(np, base, lambda back=back: back.copy(), payload))
+        base = {"test": "d2d", "device": "cpu:0->cpu:1", "platform": "cpu", "size_bytes": payload.nbytes}
+        events.append(health.transfer_trial(np, base, lambda: wrong_d2d.copy(), payload))
+        trials = [health._trial({"event": "trial", **e}) for e in events]  # as the parent reads the child's events
+        result = HealthProbeResult(("cpu",), ("cpu:0", "cpu:1"), trials, [], None, None, 1.0)
+        ctx = SimpleNamespace(health=lambda: result, expectations=Expectations())
+        return check_compute(ctx), check_transfer(ctx)
+
+    compute, transfer = verdicts(product, total, payload)
+    assert (compute.status, transfer.status) == (CheckStatus.PASS, CheckStatus.PASS), (compute, transfer)
+
+    wrong_product = product.copy()
+    wrong_product[17, 3] += 1.0  # one element of 65536 off by one
+    flipped = payload.copy()
+    flipped[4099] ^= 0x10  # one bit of one byte
+    compute, transfer = verdicts(wrong_product, total * 1.01, flipped, payload[:-13])  # the tail dropped
+    assert compute.status is CheckStatus.FAIL and compute.remediation and "drain it" in compute.remediation
+    assert "matmul on cpu:1: result differs from numpy by" in compute.message, compute.message
+    assert "sum on cpu:1: result differs from numpy by" in compute.message and "cpu:0" not in compute.message
+    bad = {(t["test"], t["device"]) for t in compute.details["trials"] if not t["ok"]}
+    assert bad == {("matmul", "cpu:1"), ("sum", "cpu:1")}
+    assert transfer.status is CheckStatus.FAIL and "bytes change in transit" in (transfer.remediation or "")
+    assert "h2d-d2h on cpu:1: 1 of 1048589 bytes changed, first at offset 4099" in transfer.message, transfer.message
+    assert "d2d on cpu:0->cpu:1: 1048576 bytes came back, 1048589 were sent" in transfer.message, transfer.message
+
+    # A NaN from the device fails too (it compares false with everything), and says so.
+    nan_product = product.copy()
+    nan_product[0, 0] = np.nan
+    compute, _ = verdicts(nan_product, total, payload)
+    assert compute.status is CheckStatus.FAIL and "matmul on cpu:1: result differs from numpy by nan" in compute.message, compute.message
+
+
 def _memory_verdict(limits: list[int], free: list[int | None], **exp):
     from devctl.checks.backends import check_memory
     from devctl.model.check import Expectations
