@@ -1003,3 +1003,31 @@ def test_busy_on_a_real_gpu_under_a_matmul_loop(tmp_path):
     finally:
         job.kill()
         job.wait()
+
+
+def test_busy_is_read_before_any_probe_of_checks_own_and_a_reading_that_raises_fails_only_its_row(monkeypatch):
+    """check's own children (the backend probe, the health child) would be busy-ness of its own: the reading comes
+    first, alone. A reading that raises is the busy row's failure, not a traceback."""
+    from devctl.collect.check import check
+    from devctl.collect.check_context import BusyReading, Context
+    from devctl.model.check import CheckStatus, Expectations
+
+    order: list = []
+
+    def read(self):
+        order.append(("busy", sorted(self._futures), self._health_child))
+        return BusyReading({}, "no NVML here", None, None, 1.0)
+
+    monkeypatch.setattr(Context, "_read_busy", read)
+    monkeypatch.setattr(Context, "_collect_inventory", lambda self: order.append("inventory") or SimpleNamespace(devices=[]))
+    report = check(Expectations(max_busy_percent=10.0), ["busy"])
+    assert order == [("busy", [], None), "inventory"], order  # nothing else started while it read
+    assert report.checks[0].status is CheckStatus.SKIP and "no NVML here" in report.checks[0].message
+
+    def broken(self):
+        raise OSError("the driver went away")
+
+    monkeypatch.setattr(Context, "_read_busy", broken)
+    report = check(Expectations(min_busy_percent=50.0), ["busy"])
+    (row,) = report.checks
+    assert row.status is CheckStatus.FAIL and "OSError: the driver went away" in row.message, row

@@ -104,8 +104,9 @@ class Context:
         """Begin the slow shared work the selected checks need."""
         exp = self.expectations
         if "busy" in self.checks and (exp.max_busy_percent is not None or exp.min_busy_percent is not None):
-            # First and alone: the backend probe and the health child would be busy-ness of check's own.
-            self._submit("busy", self._read_busy).result()
+            # First and alone: the backend probe and the health child would be busy-ness of check's own. Waited for,
+            # not read: a reading that raised is the busy row's failure (run_checks), not the whole command's.
+            wait([self._submit("busy", self._read_busy)])
         if "inventory" in self.needs:
             self._submit("inventory", self._collect_inventory)
         if "environment" in self.needs:
