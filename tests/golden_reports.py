@@ -394,6 +394,8 @@ def check_gpu8():
           "free the GPU (devctl memstats names the process holding it), or raise XLA_CLIENT_MEM_FRACTION", 0.0),
         R("bandwidth", S.WARN, "h2d 24.39 GB/s to cuda:3 is below --min-h2d 25 GB/s (lowest of 8, 256 MiB, pageable)",
           "check the PCIe link of cuda:3 (nvidia-smi -q -d PCIE); devctl bench transfer --direction h2d --device 3", 0.0),
+        R("busy", S.FAIL, "SM active over 1.0 s (GPM): cuda:6 91%; expected at most 10% (--max-busy)",
+          "another process is using it: see devctl memstats (its processes and SM/TC/DRAM %) and wait, or run on another accelerator", 0.0),
         R("nvml-health", S.WARN, "GPU 5 (0000:ab:00.0): 2 remapped rows pending a reset; GPU 6 (0000:ba:00.0): thermal slowdown active (HW_THERMAL_SLOWDOWN), 88 C",
           "drain this host and reset GPU 5 (nvidia-smi -r -i 5); check the cooling of GPU 6", 0.0),
         R("host", S.PASS, "2015.0 GiB RAM, 1780.0 GiB available, /dev/shm 1008.0 GiB, 224 CPUs", None, 0.0),
@@ -403,8 +405,8 @@ def check_gpu8():
     return CheckReport(
         schema="devctl.check/1", devctl_version="0.1.0", timestamp=TIMESTAMP, hostname="dgx-h100-07", status="fail",
         strict=False,
-        expectations=Expectations(platforms=("gpu",), min_devices=8, device_kind="H100", min_memory_bytes=70 * GIB, min_h2d_gbps=25.0),
-        checks=checks, phases_s={"inventory": 6.2, "environment": 0.41, "health": 6.07, "nvml": 0.37}, elapsed_s=12.6,
+        expectations=Expectations(platforms=("gpu",), min_devices=8, device_kind="H100", min_memory_bytes=70 * GIB, min_h2d_gbps=25.0, max_busy_percent=10.0),
+        checks=checks, phases_s={"busy": 1.02, "inventory": 6.2, "environment": 0.41, "health": 6.07, "nvml": 0.37}, elapsed_s=13.6,
     )  # fmt: skip
 
 
@@ -470,6 +472,7 @@ def _cpu_box_checks(platform_gpu: bool) -> list[CheckResult]:
         R("matmul", S.SKIP, "no --min-tflops expectation (devctl bench matmul measures each device's matmul throughput)", None, 0.0),
         R("busbw", S.SKIP, "no --min-busbw expectation (devctl bench collective measures the collectives' bus bandwidth)", None, 0.0),
         R("stragglers", S.SKIP, "not asked (--stragglers compares every device's memory bandwidth and matmul throughput with its peers')", None, 0.0),
+        R("busy", S.SKIP, "not asked (--max-busy fails when an accelerator is busier than PCT, --min-busy when one is idler)", None, 0.0),
         R("nvml-health", S.FAIL, nvml, "install or reload the NVIDIA driver (nvidia-smi must work)", 0.0) if platform_gpu
         else R("nvml-health", S.SKIP, nvml, None, 0.0),
         R("host", S.PASS, "/dev/shm 23.5 GiB", None, 0.0),

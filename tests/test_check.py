@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -57,7 +58,7 @@ def test_default_check_passes_on_a_cpu_runner_with_json_and_junit(tmp_path):
     assert {n: c["status"] for n, c in checks.items()} == {
         "versions": "pass", "plugins": "pass", "backends": "pass", "devices": "pass", "compute": "pass",
         "transfer": "pass", "memory": "skip", "bandwidth": "pass", "memory-bw": "skip", "matmul": "skip", "busbw": "skip",
-        "stragglers": "skip", "nvml-health": "skip", "host": "pass", "tpu": "skip", "env": "pass",
+        "stragglers": "skip", "busy": "skip", "nvml-health": "skip", "host": "pass", "tpu": "skip", "env": "pass",
     }  # fmt: skip
     # The benchmarks run only when an expectation asks for them: a default check measures none of them.
     assert "--min-tflops" in checks["matmul"]["message"] and not any(p.startswith("bench-") for p in doc["phases_s"])
@@ -71,7 +72,7 @@ def test_default_check_passes_on_a_cpu_runner_with_json_and_junit(tmp_path):
     suite = ET.parse(junit).getroot().find("testsuite")
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     assert list(cases) == list(CHECK_NAMES)
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("16", "0", "7")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("17", "0", "8")
     assert cases["memory"].find("skipped") is not None and cases["compute"].find("failure") is None
 
 
@@ -387,6 +388,67 @@ def test_compute_and_transfer_verdicts_name_the_bad_device():
     assert "d2d on cuda:0->cuda:1: 3 of 1048576 bytes changed" in transfer.message and "SIGSEGV" in transfer.message
 
 
+def test_the_health_childs_own_comparisons_given_a_wrong_answer_fail_compute_and_transfer():
+    """Issue 22: the comparisons the health child makes on what came back from each device (probe.health's
+    matmul_error, sum_error, same_bytes), handed a real JAX answer with one value or byte wrong, give trials that
+    fail the compute and transfer rows, naming the device and what was wrong; the right answers pass."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from devctl.checks.compute import check_compute, check_transfer
+    from devctl.model.check import CheckStatus, Expectations, HealthProbeResult
+    from devctl.probe import health
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((health.MATMUL_N, health.MATMUL_N), dtype=np.float32)
+    b = rng.standard_normal((health.MATMUL_N, health.MATMUL_N), dtype=np.float32)
+    v = rng.random(health.SUM_N, dtype=np.float32)
+    mm_ref, sum_ref = a.astype(np.float64) @ b.astype(np.float64), float(v.astype(np.float64).sum())
+    product = np.asarray(jax.jit(lambda x, y: jnp.matmul(x, y, precision="highest"))(a, b))
+    total = float(jax.jit(jnp.sum)(v))
+    payload = rng.integers(0, 256, size=health.TRANSFER_BYTES, dtype=np.uint8)
+    devices = [SimpleNamespace(platform="cpu", id=i) for i in range(2)]
+
+    def verdicts(wrong_product, wrong_total, wrong_back, wrong_d2d=payload):
+        """The rows' verdicts when cpu:1 gave these answers, and these bytes arrived from cpu:0 (cpu:0 right)."""
+        events = []
+        for d, (p, t, back) in zip(devices, [(product, total, payload), (wrong_product, wrong_total, wrong_back)]):
+            events.append(health.compute_trial("matmul", d, lambda p=p: health.matmul_error(np, p, mm_ref), health.MATMUL_TOLERANCE))
+            events.append(health.compute_trial("sum", d, lambda t=t: health.sum_error(t, sum_ref), health.SUM_TOLERANCE))
+            base = {"test": "h2d-d2h", "device": f"cpu:{d.id}", "platform": "cpu", "size_bytes": payload.nbytes}
+            events.append(health.transfer_trial(np, base, lambda back=back: back.copy(), payload))
+        base = {"test": "d2d", "device": "cpu:0->cpu:1", "platform": "cpu", "size_bytes": payload.nbytes}
+        events.append(health.transfer_trial(np, base, lambda: wrong_d2d.copy(), payload))
+        trials = [health._trial({"event": "trial", **e}) for e in events]  # as the parent reads the child's events
+        result = HealthProbeResult(("cpu",), ("cpu:0", "cpu:1"), trials, [], None, None, 1.0)
+        ctx = SimpleNamespace(health=lambda: result, expectations=Expectations())
+        return check_compute(ctx), check_transfer(ctx)
+
+    compute, transfer = verdicts(product, total, payload)
+    assert (compute.status, transfer.status) == (CheckStatus.PASS, CheckStatus.PASS), (compute, transfer)
+
+    wrong_product = product.copy()
+    wrong_product[17, 3] += 1.0  # one element of 65536 off by one
+    flipped = payload.copy()
+    flipped[4099] ^= 0x10  # one bit of one byte
+    compute, transfer = verdicts(wrong_product, total * 1.01, flipped, payload[:-13])  # the tail dropped
+    assert compute.status is CheckStatus.FAIL and compute.remediation and "drain it" in compute.remediation
+    assert "matmul on cpu:1: result differs from numpy by" in compute.message, compute.message
+    assert "sum on cpu:1: result differs from numpy by" in compute.message and "cpu:0" not in compute.message
+    bad = {(t["test"], t["device"]) for t in compute.details["trials"] if not t["ok"]}
+    assert bad == {("matmul", "cpu:1"), ("sum", "cpu:1")}
+    assert transfer.status is CheckStatus.FAIL and "bytes change in transit" in (transfer.remediation or "")
+    assert "h2d-d2h on cpu:1: 1 of 1048589 bytes changed, first at offset 4099" in transfer.message, transfer.message
+    assert "d2d on cpu:0->cpu:1: 1048576 bytes came back, 1048589 were sent" in transfer.message, transfer.message
+
+    # A NaN from the device fails too (it compares false with everything), and says so.
+    nan_product = product.copy()
+    nan_product[0, 0] = np.nan
+    compute, _ = verdicts(nan_product, total, payload)
+    assert compute.status is CheckStatus.FAIL and "matmul on cpu:1: result differs from numpy by nan" in compute.message, compute.message
+
+
 def _memory_verdict(limits: list[int], free: list[int | None], **exp):
     from devctl.checks.backends import check_memory
     from devctl.model.check import Expectations
@@ -553,6 +615,12 @@ def test_a_collective_expectation_on_one_device_or_a_missing_gpu_fails_saying_wh
         (["--min-busbw", "-3"], ["--min-busbw"]),
         (["--min-busbw", "10", "--only", "env"], ["--min-busbw", "busbw"]),
         (["--stragglers", "--skip", "stragglers"], ["--stragglers", "stragglers"]),
+        (["--max-busy", "0.1"], ["--max-busy", "ambiguous", "10%", "0.1%"]),  # a fraction or a percent: not guessed
+        (["--max-busy", "150%"], ["--max-busy", "0% to 100%", "150%"]),
+        (["--min-busy", "busy"], ["--min-busy", "busy"]),
+        (["--min-busy", "-5"], ["--min-busy", "-5"]),
+        (["--min-busy", "50", "--max-busy", "10%"], ["--min-busy 50%", "--max-busy 10%"]),
+        (["--max-busy", "10", "--only", "env"], ["--max-busy", "busy"]),
     ],
 )
 def test_bad_benchmark_expectations_are_one_line_exit_2(tmp_path, args, needles):
@@ -756,3 +824,210 @@ def test_a_wrong_result_fails_the_bench_derived_rows_as_wrong_not_as_unmeasured(
     events[2] = {"event": "cell", "device": "cpu:1", **ok}
     report = assemble(events)
     assert check(ctx).status == CheckStatus.PASS, check(ctx)
+
+
+# ---- busy: is anybody else using the accelerator, is the job keeping it busy (issue 25) -------------------------------
+
+
+def _busy_verdict(monkeypatch, jax_gpus: list[int] | None = None, tpu=None, runtime=None, **fake):
+    """check_busy over what NVML says through FakeGpm (the H200's figures, at pynvml's C boundary), with JAX using
+    the NVIDIA GPUs of `jax_gpus` (NVML indexes) as cuda:0, cuda:1..."""
+    from gpm_fake import FakeGpm
+
+    from devctl.checks.busy import check_busy
+    from devctl.collect.check_context import BusyReading
+    from devctl.discovery.gpm import BusyReader
+    from devctl.model.check import Expectations
+    from devctl.model.list_ import DeviceInfo
+
+    expect = {k: fake.pop(k) for k in ("max_busy_percent", "min_busy_percent") if k in fake}
+    FakeGpm(monkeypatch, **fake)
+    gpus, reason = BusyReader(window_s=0.01).read()
+    reading = BusyReading(gpus, reason, tpu, runtime, 0.01)
+    devices = [
+        DeviceInfo(i, "cuda", "NVIDIA H200", 0, nvml_gpu={"index": n, "name": None, "uuid": None, "pci_bus_id": None}) for i, n in enumerate(jax_gpus or [])
+    ]  # fmt: skip
+    ctx = SimpleNamespace(expectations=Expectations(**expect), busy=lambda: reading, inventory=lambda: SimpleNamespace(devices=devices))
+    return check_busy(ctx)
+
+
+def test_busy_fails_naming_every_busy_gpu_with_the_figure_and_window_it_used(monkeypatch):
+    """The H200 (GPM) is judged on SM active over the window, the A100 (no GPM) on NVML's utilization, said as such."""
+    from devctl.model.check import CheckStatus
+
+    v = _busy_verdict(monkeypatch, max_busy_percent=10.0)
+    assert v.status is CheckStatus.FAIL, v
+    assert re.match(r"SM active over 0\.\d s \(GPM\): nvml:0 64%; kernel running in NVML's last sample period", v.message), v.message
+    assert "(GPM): nvml:0 64%" in v.message and "(NVML utilization; no GPM): nvml:1 78%" in v.message and "at most 10% (--max-busy)" in v.message
+    assert "another process is using it" in (v.remediation or "")
+    figures = v.details["figures"]
+    assert figures["nvml:0"]["percent"] == pytest.approx(64.3) and figures["nvml:0"]["source"] == "gpm"
+    assert figures["nvml:1"]["percent"] == 78 and figures["nvml:1"]["source"] == "nvml-utilization"
+    # Above both: passes, saying what it judged.
+    v = _busy_verdict(monkeypatch, max_busy_percent=80.0)
+    assert v.status is CheckStatus.PASS and "nvml:0 64%" in v.message and "expected at most 80%" in v.message, v
+
+
+def test_busy_judges_only_the_gpus_jax_uses_and_names_them_as_jax_does(monkeypatch):
+    """A job under CUDA_VISIBLE_DEVICES=1 asks about its own GPU: the busy H200 beside it is not judged."""
+    from devctl.model.check import CheckStatus
+
+    v = _busy_verdict(monkeypatch, jax_gpus=[1], max_busy_percent=80.0, h0={"NVML_GPM_METRIC_SM_UTIL": 99.0})
+    assert v.status is CheckStatus.PASS and "cuda:0 78%" in v.message and "nvml:0" not in v.message, v
+    assert v.details["not_judged"] == ["nvml:0"] and "1 GPU(s) JAX does not use not judged" in v.message
+
+
+def test_min_busy_fails_an_idle_gpu_and_passes_a_busy_one(monkeypatch):
+    from gpm_fake import H200_IDLE
+
+    from devctl.model.check import CheckStatus
+
+    v = _busy_verdict(monkeypatch, gpus=1, h0=H200_IDLE, utilization=(0, 0), min_busy_percent=50.0)
+    assert v.status is CheckStatus.FAIL and "SM active over" in v.message and "nvml:0 0%" in v.message, v
+    assert "expected at least 50% (--min-busy)" in v.message and "stalled or gone" in (v.remediation or "")
+    v = _busy_verdict(monkeypatch, gpus=1, min_busy_percent=50.0, max_busy_percent=100.0)
+    assert v.status is CheckStatus.PASS and "nvml:0 64%" in v.message and "at most 100% and at least 50%" in v.message, v
+    # 0% is an expectation too (it always holds): the row runs, and is not "not asked".
+    v = _busy_verdict(monkeypatch, gpus=1, h0=H200_IDLE, min_busy_percent=0.0)
+    assert v.status is CheckStatus.PASS, v
+
+
+def test_busy_of_mig_instances_and_of_gpus_without_figures(monkeypatch):
+    """In MIG mode each GPU instance is judged on its own counters; a GPU that gives no figure warns (--strict
+    counts that as a failure): never a silent pass, nor a failure for a counter the driver lacks."""
+    from devctl.model.check import CheckStatus
+
+    v = _busy_verdict(monkeypatch, mig=True, gpus=3, jax_gpus=[2], max_busy_percent=70.0, h0={"NVML_GPM_METRIC_SM_UTIL": 1.0})
+    assert v.status is CheckStatus.FAIL and "cuda:0 MIG 2 90%" in v.message and "MIG 1" not in v.message, v
+    v = _busy_verdict(monkeypatch, gpm=False, utilization=None, max_busy_percent=10.0)
+    assert v.status is CheckStatus.WARN and "could not read how busy nvml:0: NVML gave no utilization" in v.message, v
+    assert "nvml:1" in v.message and v.remediation
+
+
+def test_busy_on_tpu_reads_the_duty_cycle_and_a_chip_nobody_holds_is_idle(monkeypatch):
+    from devctl.model.check import CheckStatus
+    from devctl.model.memstats import TpuRuntimeChip
+
+    holder = SimpleNamespace(pid=4242)
+    tpu = SimpleNamespace(chips=[SimpleNamespace(index=0, holders=(holder,)), SimpleNamespace(index=1, holders=())], uninspectable_processes=0)
+    chip0 = TpuRuntimeChip(pid=4242, port=8431, hbm_used_bytes=None, hbm_total_bytes=None, duty_cycle_percent=85.0, hbm_utilization_percent=None, cores=1)
+    runtime = SimpleNamespace(chips={"tpu-chip:0": chip0}, problems=[], notes=[])
+    v = _busy_verdict(monkeypatch, gpus=0, tpu=tpu, runtime=runtime, max_busy_percent=10.0)
+    assert v.status is CheckStatus.FAIL and "TensorCore duty cycle in libtpu's last sample period (TPU runtime metrics): tpu-chip:0 85%" in v.message, v
+    assert "tpu-chip:1" not in v.message
+    v = _busy_verdict(monkeypatch, gpus=0, tpu=tpu, runtime=SimpleNamespace(chips={}, problems=[], notes=["install grpc"]), max_busy_percent=10.0)
+    assert v.status is CheckStatus.WARN and "tpu-chip:0: held by pid 4242" in v.message and "install grpc" in v.message, v
+    v = _busy_verdict(monkeypatch, gpus=0, tpu=tpu, runtime=runtime, min_busy_percent=50.0)
+    assert v.status is CheckStatus.FAIL and "idle (no process holds it): tpu-chip:1" in v.message and "tpu-chip:0" not in v.message, v
+
+
+def test_busy_without_an_expectation_or_an_accelerator_skips_saying_why(monkeypatch):
+    from devctl.model.check import CheckStatus
+
+    v = _busy_verdict(monkeypatch)
+    assert v.status is CheckStatus.SKIP and "not asked" in v.message and "--max-busy" in v.message
+    v = _busy_verdict(monkeypatch, gpus=0, max_busy_percent=10.0)
+    assert v.status is CheckStatus.SKIP and "no accelerator to judge" in v.message, v
+
+
+def _fake_nvml_env(tmp_path: Path, **fake) -> dict[str, str]:
+    """A devctl subprocess whose pynvml answers as FakeGpm does (its C calls replaced at startup, by a sitecustomize
+    that takes the spec out of the environment, so that check's own children see the real NVML)."""
+    site = tmp_path / "fake-nvml-site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "spec = os.environ.pop('DEVCTL_TEST_FAKE_GPM', None)\n"
+        "if spec:\n"
+        f"    sys.path.append({str(Path(__file__).parent)!r})\n"
+        "    import gpm_fake\n"
+        "    gpm_fake.install(spec)\n"
+    )
+    return _with_site(site, DEVCTL_TEST_FAKE_GPM=json.dumps(fake))
+
+
+def test_busy_through_the_cli_passes_fails_and_skips(tmp_path):
+    """`devctl check --only busy` as CI runs it, NVML answering with the H200's figures."""
+    busy = _fake_nvml_env(tmp_path, gpus=1)
+    doc = _doc(run_devctl("check", "--only", "busy", "--max-busy", "10%", "--json", env=busy, cwd=tmp_path), 1)
+    (row,) = doc["checks"]
+    assert row["status"] == "fail" and "SM active over 1.0 s (GPM): nvml:0 64%; expected at most 10% (--max-busy)" == row["message"], row
+    assert doc["expectations"]["max_busy_percent"] == 10 and doc["phases_s"]["busy"] >= 1.0
+    doc = _doc(run_devctl("check", "--only", "busy", "--max-busy", "70", "--min-busy", "50", "--json", env=busy, cwd=tmp_path), 0)
+    assert doc["checks"][0]["status"] == "pass" and "expected at most 70% and at least 50%" in doc["checks"][0]["message"]
+
+    idle = _fake_nvml_env(tmp_path, gpus=1, h0="idle", utilization=[0, 0])
+    doc = _doc(run_devctl("check", "--only", "busy", "--min-busy", "50", "--json", env=idle, cwd=tmp_path), 1)
+    assert "nvml:0 0%; expected at least 50% (--min-busy)" in doc["checks"][0]["message"]
+    (tmp_path / "pyproject.toml").write_text('[tool.devctl.check]\nmax-busy = "5%"\nonly = ["busy"]\n')
+    doc = _doc(run_devctl("check", "--json", env=idle, cwd=tmp_path), 0)
+    assert doc["checks"][0]["status"] == "pass" and doc["expectations"]["sources"]["max-busy"].endswith("pyproject.toml")
+    (tmp_path / "pyproject.toml").write_text("[tool.devctl.check]\nmax-busy = 0.5\n")
+    assert_usage_error(run_devctl("check", env=idle, cwd=tmp_path), "max-busy", "ambiguous")
+    (tmp_path / "pyproject.toml").unlink()
+
+    # No GPU (this machine's real NVML) and no TPU chip: a skip that says why, exit 0; nothing read, nothing waited.
+    doc = _doc(run_devctl("check", "--only", "busy", "--max-busy", "10", "--json", env=devctl_env(devices=1), cwd=tmp_path), 0)
+    if doc["checks"][0]["details"]["figures"]:
+        pytest.skip("this machine has an accelerator")
+    assert doc["checks"][0]["status"] == "skip" and "no accelerator to judge" in doc["checks"][0]["message"]
+    # Without an expectation nothing is read: no busy phase, and the table's one "not asked" line names it.
+    proc = run_devctl("check", "--only", "busy,env", env=devctl_env(devices=1), cwd=tmp_path)
+    assert proc.returncode == 0 and "not asked: busy (set --max-busy/--min-busy to run it)" in proc.stdout, proc.stdout
+    assert "busy-ness" not in proc.stdout
+
+
+@pytest.mark.gpu
+def test_busy_on_a_real_gpu_under_a_matmul_loop(tmp_path):
+    """A bf16 matmul loop keeps the GPU busy: --max-busy 100 passes with its figure, --min-busy 30 passes, and
+    --max-busy 5 fails naming it (tests/test_gpm.py's loop)."""
+    from test_gpm import MATMUL_LOOP
+
+    script = tmp_path / "loop.py"
+    script.write_text(MATMUL_LOOP)
+    env = devctl_env(devices=1, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    env.pop("XLA_FLAGS", None)
+    job = subprocess.Popen([sys.executable, str(script), "120"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "ready"
+        common = ("check", "--platform", "gpu", "--only", "busy", "--json")
+        doc = _doc(run_devctl(*common, "--max-busy", "100", env=env, timeout=300), 0)
+        row = doc["checks"][0]
+        assert row["status"] == "pass" and row["details"]["figures"], row
+        assert any(f["percent"] > 30 for f in row["details"]["figures"].values()), row
+        assert "(GPM)" in row["message"] or "NVML utilization" in row["message"], row
+        doc = _doc(run_devctl(*common, "--min-busy", "30", env=env, timeout=300), 0)
+        assert doc["checks"][0]["status"] == "pass", doc["checks"][0]
+        doc = _doc(run_devctl(*common, "--max-busy", "5", env=env, timeout=300), 1)
+        assert doc["checks"][0]["status"] == "fail" and "--max-busy" in doc["checks"][0]["message"], doc["checks"][0]
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_busy_is_read_before_any_probe_of_checks_own_and_a_reading_that_raises_fails_only_its_row(monkeypatch):
+    """check's own children (the backend probe, the health child) would be busy-ness of its own: the reading comes
+    first, alone. A reading that raises is the busy row's failure, not a traceback."""
+    from devctl.collect.check import check
+    from devctl.collect.check_context import BusyReading, Context
+    from devctl.model.check import CheckStatus, Expectations
+
+    order: list = []
+
+    def read(self):
+        order.append(("busy", sorted(self._futures), self._health_child))
+        return BusyReading({}, "no NVML here", None, None, 1.0)
+
+    monkeypatch.setattr(Context, "_read_busy", read)
+    monkeypatch.setattr(Context, "_collect_inventory", lambda self: order.append("inventory") or SimpleNamespace(devices=[]))
+    report = check(Expectations(max_busy_percent=10.0), ["busy"])
+    assert order == [("busy", [], None), "inventory"], order  # nothing else started while it read
+    assert report.checks[0].status is CheckStatus.SKIP and "no NVML here" in report.checks[0].message
+
+    def broken(self):
+        raise OSError("the driver went away")
+
+    monkeypatch.setattr(Context, "_read_busy", broken)
+    report = check(Expectations(min_busy_percent=50.0), ["busy"])
+    (row,) = report.checks
+    assert row.status is CheckStatus.FAIL and "OSError: the driver went away" in row.message, row

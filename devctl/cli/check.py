@@ -73,6 +73,21 @@ def check(
         Optional[bool],
         typer.Option("--stragglers", help="Expect no straggler: every device's memory bandwidth and matmul throughput near its peers' (and every host's, with --distributed)."),
     ] = None,
+    max_busy: Annotated[
+        Optional[str],
+        typer.Option(
+            "--max-busy", metavar="PCT", autocompletion=completion.percent,
+            help="Expect no accelerator busier than PCT before the checks start (nobody else is using it): GPM's SM active over 1 s, "
+            "else NVML's utilization; a TPU chip's duty cycle. 10% or 2.5%; a bare number of 1 or more is a percentage.",
+        ),
+    ] = None,
+    min_busy: Annotated[
+        Optional[str],
+        typer.Option(
+            "--min-busy", metavar="PCT", autocompletion=completion.percent,
+            help="Expect every accelerator at least PCT busy (the job that should keep it busy is running), measured as --max-busy is.",
+        ),
+    ] = None,
     timeout: TimeoutOpt = None,
     only: Annotated[
         Optional[list[str]], typer.Option("--only", metavar="NAME", autocompletion=completion.check_names, help="Run only these checks (repeatable, or comma-separated).")
@@ -102,15 +117,15 @@ def check(
     """Health checks for CI: each check passes, warns, fails or skips; exit 1 when one fails.
 
     Checks: versions, plugins, backends, devices, compute, transfer, memory, bandwidth, memory-bw, matmul, busbw,
-    stragglers, nvml-health, host, tpu, env. The four benchmarks (memory-bw, matmul, busbw, stragglers) run only
-    when their expectation is given. Expectations come from the flags, over a [tool.devctl.check] table in the nearest pyproject.toml (or --config).
+    stragglers, busy, nvml-health, host, tpu, env. The four benchmarks (memory-bw, matmul, busbw, stragglers) and busy
+    run only when their expectation is given. Expectations come from the flags, over a [tool.devctl.check] table in the nearest pyproject.toml (or --config).
     Rates: 10GB/s is gigabytes, 80Gb/s or 80Gbit/s gigabits, a bare number GB/s.
     Exit 0 when all pass (warnings allowed unless --strict), 1 when one fails, 2 on bad flags, config or output file.
     """
     options = resolve(
         Flags(
             platform=platform, min_devices=min_devices, device_kind=device_kind, min_memory=min_memory, min_h2d=min_h2d,
-            min_memory_bw=min_memory_bw, min_tflops=min_tflops, min_busbw=min_busbw, stragglers=stragglers, timeout=timeout, only=only, skip=skip, strict=strict, config=config,
+            min_memory_bw=min_memory_bw, min_tflops=min_tflops, min_busbw=min_busbw, stragglers=stragglers, max_busy=max_busy, min_busy=min_busy, timeout=timeout, only=only, skip=skip, strict=strict, config=config,
         )
     )  # fmt: skip
     root = check_host_root(host_root)
@@ -176,7 +191,7 @@ def _check_cluster(cluster: ClusterParams, run_here, options, all_print: bool):
 TABLE = "tool.devctl.check"
 KEYS = (
     "platform", "min-devices", "device-kind", "min-memory", "min-h2d", "min-memory-bw", "min-tflops", "min-busbw",
-    "stragglers", "timeout", "only", "skip", "strict",
+    "stragglers", "max-busy", "min-busy", "timeout", "only", "skip", "strict",
 )  # fmt: skip
 
 
@@ -201,6 +216,8 @@ class Flags:
     min_tflops: str | None = None
     min_busbw: str | None = None
     stragglers: bool | None = None
+    max_busy: str | None = None
+    min_busy: str | None = None
     timeout: str | None = None
     only: list[str] | None = None
     skip: list[str] | None = None
@@ -233,12 +250,17 @@ def resolve(flags: Flags, cwd: str | None = None) -> CheckOptions:
         min_tflops=pick("min-tflops", flags.min_tflops, lambda v: _tflops(v, "--min-tflops")),
         min_busbw_gbps=pick("min-busbw", flags.min_busbw, lambda v: _rate(v, "--min-busbw")),
         stragglers=bool(pick("stragglers", flags.stragglers, bool)),
+        max_busy_percent=pick("max-busy", flags.max_busy, lambda v: _percent(v, "--max-busy")),
+        min_busy_percent=pick("min-busy", flags.min_busy, lambda v: _percent(v, "--min-busy")),
         timeout_s=pick("timeout", flags.timeout, check_timeout) or DEFAULT_TIMEOUT_S,
         sources={k: v for k, v in sources.items() if k not in ("only", "skip", "strict")},
     )
     only = pick("only", _flag_names("--only", flags.only), lambda v: v)
     skip = pick("skip", _flag_names("--skip", flags.skip), lambda v: v) or []
     strict = bool(pick("strict", flags.strict, bool))
+    most, least = expectations.max_busy_percent, expectations.min_busy_percent
+    if most is not None and least is not None and least > most:
+        raise UsageError(f"--min-busy {least:g}% is above --max-busy {most:g}%: no accelerator can be both; lower --min-busy or raise --max-busy")
     names = select(only, skip)
     if not names:
         raise UsageError("--only and --skip leave no check to run")
@@ -255,6 +277,7 @@ def _flag_names(flag: str, items: list[str] | None) -> list[str] | None:
 _CHECKED_BY = {
     "min-devices": "devices", "device-kind": "devices", "min-memory": "memory", "min-h2d": "bandwidth",
     "min-memory-bw": "memory-bw", "min-tflops": "matmul", "min-busbw": "busbw", "stragglers": "stragglers",
+    "max-busy": "busy", "min-busy": "busy",
 }  # fmt: skip
 
 
@@ -361,6 +384,8 @@ def _from_file(key: str, value: Any, where: str | None) -> Any:
             return _rate(value, label)
         if key == "min-tflops":
             return _tflops(value, label)
+        if key in ("max-busy", "min-busy"):
+            return _percent(value, label)
         if key == "timeout":
             return _timeout(value, label)
         if key in ("only", "skip"):
@@ -439,6 +464,25 @@ def _tflops(value: Any, label: str) -> float:
     if not (rate > 0 and math.isfinite(rate)):
         raise UsageError(f"{label} must be a number of TFLOP/s above 0, such as 600 or 600TFLOP/s; got {quoted(value)}")
     return rate
+
+
+_PERCENT_RE = re.compile(r"^\s*(\d{1,3}(?:\.\d{1,6})?)\s*(%?)\s*$", re.ASCII)
+
+
+def _percent(value: Any, label: str) -> float:
+    """A percentage in [0, 100], read as --max-regression reads one (cli.gate.parse_percent): 10% or 2.5%, or a bare
+    number of 1 or more (10 is 10%), or 0. A bare number between 0 and 1 could mean a fraction (0.1: 10%) or a
+    percent (0.1%), so it is refused rather than guessed; a TOML number follows the same rule."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number, sign = (float(value), "") if math.isfinite(value) and value >= 0 else (float("nan"), "")
+    else:
+        found = _PERCENT_RE.match(value) if isinstance(value, str) else None
+        number, sign = (float(found.group(1)), found.group(2)) if found else (float("nan"), "")
+    if not 0 <= number <= 100:
+        raise UsageError(f"{label} must be a percentage from 0% to 100%, such as 10% or 2.5%; got {quoted(value)}")
+    if not sign and 0 < number < 1:
+        raise UsageError(f"{label} {quoted(value)} is ambiguous: write {number * 100:g}% for {number * 100:g} percent, or {number:g}% for {number:g} percent")
+    return number
 
 
 def _timeout(value: Any, label: str) -> float:

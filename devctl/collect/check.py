@@ -8,7 +8,7 @@ import socket
 import time
 from typing import Callable, Literal
 
-from devctl.checks import CHECK_NAMES, backends, compute, machine, nvml, performance, software
+from devctl.checks import CHECK_NAMES, backends, busy, compute, machine, nvml, performance, software
 from devctl.checks.verdict import Verdict
 from devctl.collect.check_context import Context
 from devctl.model.check import (
@@ -33,6 +33,7 @@ CHECKS: dict[str, Callable[[Context], Verdict]] = {
     "matmul": performance.check_matmul,
     "busbw": performance.check_busbw,
     "stragglers": performance.check_stragglers,
+    "busy": busy.check_busy,
     "nvml-health": nvml.check_nvml_health,
     "host": machine.check_host,
     "tpu": machine.check_tpu,

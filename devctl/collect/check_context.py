@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from devctl.hostroot import HostRoot
@@ -21,8 +22,10 @@ from devctl.model.check import Expectations, HealthProbeResult
 from devctl.model.list_ import BackendStatus
 
 if TYPE_CHECKING:
+    from devctl.collect.tpu_runtime import RuntimeMetrics
+    from devctl.model.busy import GpuBusy
     from devctl.model.env import EnvironmentReport
-    from devctl.model.hardware import HostInfo, NvmlHealth
+    from devctl.model.hardware import HostInfo, NvmlHealth, TpuReport
     from devctl.model.list_ import Hardware, Inventory
     from devctl.probe.runner import Child
 
@@ -42,11 +45,29 @@ NEEDS: dict[str, frozenset[str]] = {
     "matmul": frozenset({"inventory"}),
     "busbw": frozenset({"inventory"}),
     "stragglers": frozenset({"inventory"}),
+    # Read before anything else starts, when an expectation asks (Context.start): check's own probes would be in it.
+    "busy": frozenset({"inventory"}),
     "nvml-health": frozenset({"hardware", "nvml"}),
     "host": frozenset({"hardware", "host"}),
     "tpu": frozenset({"hardware"}),
     "env": frozenset({"environment"}),
 }
+
+
+# How long GPM's two samples are apart: long enough that a job between two steps (a data-loader pause) still shows,
+# short enough not to hold up the checks (nothing else starts until it is read).
+BUSY_WINDOW_S = 1.0
+
+
+@dataclass(frozen=True)
+class BusyReading:
+    """How busy every accelerator was, read before check's own probes started (the busy check judges it)."""
+
+    gpus: dict[int, GpuBusy]  # by NVML index
+    nvml_reason: str | None  # why there is no GPU figure at all (no driver, a --host-root tree)
+    tpu: TpuReport | None
+    runtime: RuntimeMetrics | None  # the TPU chips' holders' runtime metrics
+    window_s: float
 
 
 def _end_children() -> None:
@@ -81,6 +102,11 @@ class Context:
 
     def start(self) -> None:
         """Begin the slow shared work the selected checks need."""
+        exp = self.expectations
+        if "busy" in self.checks and (exp.max_busy_percent is not None or exp.min_busy_percent is not None):
+            # First and alone: the backend probe and the health child would be busy-ness of check's own. Waited for,
+            # not read: a reading that raised is the busy row's failure (run_checks), not the whole command's.
+            wait([self._submit("busy", self._read_busy)])
         if "inventory" in self.needs:
             self._submit("inventory", self._collect_inventory)
         if "environment" in self.needs:
@@ -137,6 +163,10 @@ class Context:
     def health(self) -> HealthProbeResult | None:
         """The health child's results; None when no backend initialized (nothing to run it on)."""
         return self._get("health", self._run_health)
+
+    def busy(self) -> BusyReading:
+        """How busy every accelerator was before check's own probes started."""
+        return self._get("busy", self._read_busy)
 
     def nvml(self) -> NvmlHealth:
         """Per-GPU health counters from NVML."""
@@ -281,6 +311,19 @@ class Context:
             return run_collective(opts, timeout_s), None
         except DevctlError as e:  # a failed or hung child: the verdict names it, the other checks go on
             return None, str(e)
+
+    def _read_busy(self) -> BusyReading:
+        from devctl.collect.tpu_runtime import runtime_metrics
+        from devctl.discovery import tpu
+        from devctl.discovery.gpm import BusyReader
+
+        if self.root.is_real:
+            gpus, reason = BusyReader(window_s=BUSY_WINDOW_S).read()
+        else:  # NVML reads this machine's GPUs, never the tree's
+            gpus, reason = {}, f"NVML reads this machine, not the tree at {self.root.root}"
+        info = tpu.tpu_info(self.root)
+        runtime = runtime_metrics(self.root, info) if any(c.holders for c in info.chips) else None
+        return BusyReading(gpus, reason, info, runtime, BUSY_WINDOW_S)
 
     def _collect_nvml(self) -> NvmlHealth:
         from devctl.discovery.nvml import nvml_health

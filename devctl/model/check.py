@@ -19,7 +19,7 @@ CHECK_SCHEMA = "devctl.check/1"
 # benchmarks, run only when an expectation asks for them), then the machine.
 CheckName = Literal[
     "versions", "plugins", "backends", "devices", "compute", "transfer", "memory", "bandwidth",
-    "memory-bw", "matmul", "busbw", "stragglers", "nvml-health", "host", "tpu", "env",
+    "memory-bw", "matmul", "busbw", "stragglers", "busy", "nvml-health", "host", "tpu", "env",
 ]  # fmt: skip
 CHECK_NAMES: tuple[CheckName, ...] = get_args(CheckName)
 # With --distributed a check's name is followed by the process it ran on ("env [host1 process 3]"), or by
@@ -50,19 +50,20 @@ def split_check_name(name: str) -> tuple[str, str | None, int | None]:
 
 # The shared work the checks read, each done once per run (Context in devctl.collect.check_context), by the
 # key of CheckReport.phases_s; its time is not in any check's duration_s.
-Phase = Literal["inventory", "environment", "health", "bench-memory", "bench-matmul", "bench-collective", "nvml", "hardware", "host"]
+Phase = Literal["busy", "inventory", "environment", "health", "bench-memory", "bench-matmul", "bench-collective", "nvml", "hardware", "host"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
 # A finding code, printed beside a problem by check, doctor and list: DEVCTL_FR_ and the id in upper case (docs/doctor.md: finding codes).
 FINDING_CODE_PATTERN = "^DEVCTL_FR_[A-Z0-9_]+$"
 
 
-# The checks that run only when their expectation is set: the Expectations field and the flag that sets it. Left
-# unset, each is a skip that says only "not asked", and the table says them together in one line.
-ASKED_BY: dict[str, tuple[str, str]] = {
-    "memory-bw": ("min_memory_bw_gbps", "--min-memory-bw"),
-    "matmul": ("min_tflops", "--min-tflops"),
-    "busbw": ("min_busbw_gbps", "--min-busbw"),
-    "stragglers": ("stragglers", "--stragglers"),
+# The checks that run only when an expectation of theirs is set: the Expectations fields and the flags that set
+# them. Left unset, each is a skip that says only "not asked", and the table says them together in one line.
+ASKED_BY: dict[str, tuple[tuple[str, ...], str]] = {
+    "memory-bw": (("min_memory_bw_gbps",), "--min-memory-bw"),
+    "matmul": (("min_tflops",), "--min-tflops"),
+    "busbw": (("min_busbw_gbps",), "--min-busbw"),
+    "stragglers": (("stragglers",), "--stragglers"),
+    "busy": (("max_busy_percent", "min_busy_percent"), "--max-busy/--min-busy"),
 }
 
 
@@ -86,6 +87,10 @@ class Expectations:
     min_tflops: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # each device's dense matmul, bf16 on accelerators, f32 on CPU
     min_busbw_gbps: float | None = field(default=None, metadata=json_schema(exclusiveMinimum=0))  # decimal GB/s, all-reduce bus bandwidth over the local devices
     stragglers: bool = False  # expect no device (and, with --distributed, no host) slower than its peers
+    # How busy each accelerator may be, read before check's own probes start (GPM's SM active, else NVML's
+    # utilization; a TPU chip's duty cycle), in percent: no busier than max (nobody else is using it), no idler than min.
+    max_busy_percent: float | None = field(default=None, metadata=json_schema(minimum=0, maximum=100))
+    min_busy_percent: float | None = field(default=None, metadata=json_schema(minimum=0, maximum=100))
     timeout_s: float = field(default=30.0, metadata=json_schema(exclusiveMinimum=0))  # bound on each backend's initialization and on the health probe's silence
     sources: dict[str, str] = field(default_factory=dict)  # expectation -> "flag" or the config file it came from
 

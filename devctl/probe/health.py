@@ -181,24 +181,41 @@ def _compute(jax, np, rng, devices, emit) -> None:
     for d in devices:
         name = _name(d)
         emit("phase", kind="matmul", name=name)
-        emit("trial", **_verdict("matmul", d, lambda: _matmul_error(jax, np, matmul, a, b, mm_ref, d), MATMUL_TOLERANCE))
+        emit("trial", **compute_trial("matmul", d, lambda: _matmul_error(jax, np, matmul, a, b, mm_ref, d), MATMUL_TOLERANCE))
         emit("phase", kind="sum", name=name)
-        emit("trial", **_verdict("sum", d, lambda: _sum_error(jax, total, v, sum_ref, d), SUM_TOLERANCE))
+        emit("trial", **compute_trial("sum", d, lambda: _sum_error(jax, total, v, sum_ref, d), SUM_TOLERANCE))
 
 
 def _matmul_error(jax, np, matmul, a, b, ref, d) -> float:
     out = matmul(jax.device_put(a, d), jax.device_put(b, d))
     _on(out, d)
-    return float(np.max(np.abs(np.asarray(out, dtype=np.float64) - ref)) / np.max(np.abs(ref)))
+    return matmul_error(np, out, ref)
 
 
 def _sum_error(jax, total, v, ref, d) -> float:
     out = total(jax.device_put(v, d))
     _on(out, d)
+    return sum_error(out, ref)
+
+
+# The comparisons the compute and transfer verdicts rest on, each given what came back from the device. They are
+# functions of their own so that a test can hand them a wrong result and see the check fail (tests/test_check.py:
+# the device's real answer, corrupted, as bench collective's tests hand each collective a wrong block).
+
+
+def matmul_error(np, out, ref) -> float:
+    """How far the device's product `out` is from numpy's float64 `ref`, relative to the largest |ref|."""
+    return float(np.max(np.abs(np.asarray(out, dtype=np.float64) - ref)) / np.max(np.abs(ref)))
+
+
+def sum_error(out, ref: float) -> float:
+    """How far the device's sum `out` is from numpy's float64 `ref`, relative to it."""
     return abs(float(out) - ref) / abs(ref)
 
 
-def _verdict(test: str, d, measure, tolerance: float) -> dict:
+def compute_trial(test: str, d, measure, tolerance: float) -> dict:
+    """The trial event of one compute test on device `d`: `measure()` runs it and returns its relative error
+    (matmul_error, sum_error); an exception or an error above `tolerance` (NaN too) is a failure that says which."""
     base = {"test": test, "device": _name(d), "platform": d.platform, "tolerance": tolerance}
     try:
         err = measure()
@@ -218,16 +235,16 @@ def _transfer(jax, np, rng, devices, emit) -> None:
         name = _name(d)
         emit("phase", kind="h2d-d2h", name=name)
         base = {"test": "h2d-d2h", "device": name, "platform": d.platform, "size_bytes": payload.nbytes}
-        try:
+
+        def there(d=d):
             # may_alias=False: a CPU device may otherwise adopt the numpy buffer, and nothing would move.
             x = jax.device_put(payload, d, may_alias=False)
             _on(x, d)
             back = np.asarray(x)
-            ok, why = _same(np, back, payload)
-            on_device[d] = x
-        except Exception as e:
-            ok, why = False, _one_line(e)
-        emit("trial", **base, ok=ok, **({"error": why} if why else {}))
+            on_device[d] = x  # arrived (right or wrong): the source of its d2d trials
+            return back
+
+        emit("trial", **transfer_trial(np, base, there, payload))
     for a, x in on_device.items():
         for b in on_device:
             if a is b or a.platform != b.platform:
@@ -235,16 +252,27 @@ def _transfer(jax, np, rng, devices, emit) -> None:
             pair = f"{_name(a)}->{_name(b)}"
             emit("phase", kind="d2d", name=pair)
             base = {"test": "d2d", "device": pair, "platform": a.platform, "size_bytes": payload.nbytes}
-            try:
+
+            def moved(x=x, b=b):
                 y = jax.device_put(x, b, may_alias=False)
                 _on(y, b)
-                ok, why = _same(np, np.asarray(y), payload)
-            except Exception as e:
-                ok, why = False, _one_line(e)
-            emit("trial", **base, ok=ok, **({"error": why} if why else {}))
+                return np.asarray(y)
+
+            emit("trial", **transfer_trial(np, base, moved, payload))
 
 
-def _same(np, got, want) -> tuple[bool, str | None]:
+def transfer_trial(np, base: dict, fetch, sent) -> dict:
+    """The trial event of one transfer: `fetch()` moves the bytes and returns what came back (a numpy array),
+    compared with `sent` byte for byte; an exception is a failure that says which."""
+    try:
+        ok, why = same_bytes(np, fetch(), sent)
+    except Exception as e:
+        ok, why = False, _one_line(e)
+    return {**base, "ok": ok, **({"error": why} if why else {})}
+
+
+def same_bytes(np, got, want) -> tuple[bool, str | None]:
+    """Whether `got` holds exactly the bytes of `want`, else what differs: the count, or how many and where first."""
     got = got.reshape(-1)
     if got.shape != want.shape:
         return False, f"{got.size} bytes came back, {want.size} were sent"

@@ -16,6 +16,7 @@ _STYLE = {CheckStatus.PASS: "green", CheckStatus.WARN: "yellow", CheckStatus.FAI
 _VERDICT_STYLE = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red"}
 # The shared probes of CheckReport.phases_s, as people call them (after "shared probes:").
 _PHASE_LABEL = {
+    "busy": "busy-ness",
     "inventory": "backends",
     "environment": "packages",
     "health": "health",
@@ -207,8 +208,13 @@ def not_asked(report: CheckReport) -> list[str]:
         for r in report.checks
         if r.status is CheckStatus.SKIP
         and split_check_name(r.name)[0] in ASKED_BY
-        and not getattr(report.expectations, ASKED_BY[split_check_name(r.name)[0]][0])
+        and not _asked(report.expectations, split_check_name(r.name)[0])
     ]
+
+
+def _asked(expectations, check: str) -> bool:
+    """Whether an expectation that runs `check` is set (0% is an expectation: only None and False are not)."""
+    return any((value := getattr(expectations, f)) is not None and value is not False for f in ASKED_BY[check][0])
 
 
 def _under_causes(results: list[CheckResult]) -> list[tuple[int, CheckResult]]:
