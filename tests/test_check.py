@@ -101,6 +101,8 @@ def test_unmet_expectations_fail_with_a_table_junit_and_github_annotations(tmp_p
     assert suite.get("failures") == "3" and failures["compute"] is None
     assert "expected at least 8" in failures["devices"].get("message")
     assert "remediation:" in failures["bandwidth"].text
+    # A CPU device's h2d is a copy within host memory: the advice is the host's, not a PCIe link's.
+    assert "host memory" in failures["bandwidth"].text and "PCIe" not in failures["bandwidth"].text
 
 
 # ---- env and versions: real variables, real package metadata ------------------------------------------

@@ -133,12 +133,18 @@ def check_bandwidth(ctx: Context) -> Verdict:
     slow = sorted((d for d, g in measured.items() if g < want), key=lambda d: measured[d])
     if slow:
         parts = [f"{d} {measured[d]:.2f} GB/s" for d in slow]
-        return failed(
-            f"h2d {join(parts, 2)}, expected at least {want:g} GB/s",
-            "check the PCIe link (nvidia-smi -q -d PCIE: generation and width), NUMA placement, and run devctl bench transfer",
-            **details,
-        )
+        return failed(f"h2d {join(parts, 2)}, expected at least {want:g} GB/s", _slow_h2d_remedy(slow), **details)
     if unmeasured:
         return failed(f"cannot verify {want:g} GB/s: {join(unmeasured, 2)}", "run devctl bench transfer --direction h2d", **details)
     low = min(measured.values())
     return passed(f"h2d >= {want:g} GB/s on all {len(measured)} device(s) (lowest {low:.2f} GB/s, {size_mib:.0f} MiB)", **details)
+
+
+def _slow_h2d_remedy(devices: list[str]) -> str:
+    """Where to look for a slow host-to-device copy: a CPU device's is a copy within host memory, with no link."""
+    if all(d.startswith("cpu") for d in devices):
+        return ("a CPU device's h2d is a copy within host memory: check what else loads this host (its memory bandwidth), "
+                "and run devctl bench transfer, which sets it against the host's own memcpy")  # fmt: skip
+    if all(d.startswith(("cuda", "gpu")) for d in devices):
+        return "check the PCIe link (nvidia-smi -q -d PCIE: generation and width), NUMA placement, and run devctl bench transfer"
+    return "check the host-to-device link and NUMA placement, and run devctl bench transfer"
