@@ -262,7 +262,7 @@ def time_interleaved(
         timings = {}
         for k in names:
             call = calls[k]
-            limit = (limits or {}).get(k, burst_limit(call))
+            limit = min(MAX_CALLS, (limits or {}).get(k, burst_limit(call)))
             timings[k] = Timing(choose_calls(partial(burst, call), limit))
             emit("tick", samples=0)
         timed = dict.fromkeys(names, 0.0)

@@ -8,13 +8,14 @@ Run as `python -m devctl.probe.transfer '<TransferOptions as JSON>'`. Events:
   done   {pcie, pcie_reason, elapsed_s}
   error  {kind: "usage", message}                      bad input only the child can see (an unknown device)
 
-Method (reference/monitoring-and-transfer.md B.6): untimed warm-ups; a latency cell (LATENCY_MAX_BYTES and
-below) and a cell that needs a fresh source for every repetition (wherever JAX would cache or consume it) is timed
-call by call, each ending in block_until_ready (or returning host bytes), as is one of CPU devices whose copies
-would overlap (Transfer.ordered); any other cell in bursts of K calls and one block_until_ready (devctl.probe.bench's engine: K calibrated so a burst lasts BURST_MIN_S, at most
-BURST_MEMORY_BYTES of results in flight), with single calls beside the first bursts for the per-call overhead and
-the bytes moved; host buffers filled before any timing; statistics from the median; an alias of the source is
-flagged zero-copy and given no bandwidth.
+Method (reference/monitoring-and-transfer.md B.6): untimed warm-ups; host buffers filled before any timing. A
+latency cell (LATENCY_MAX_BYTES and below), a cell that needs a fresh source for every repetition (wherever JAX
+would cache or consume it) and one of CPU devices whose copies would overlap (Transfer.ordered) is timed call by
+call, each ending in block_until_ready (or returning host bytes); any other in bursts of K calls and one
+block_until_ready by devctl.probe.bench's engine (K calibrated so a burst lasts BURST_MIN_S, at most
+BURST_MEMORY_BYTES of results in flight), with calls timed alone beside the first bursts for the per-call overhead
+and the bytes moved. Statistics from the median; an alias of the source is flagged zero-copy and given no
+bandwidth.
 
 This module runs the cells; beside it, by job: transfer_plan (which cells, on which devices),
 transfer_recipes (how each moves its bytes), transfer_measure (host buffers, aliasing, statistics),
