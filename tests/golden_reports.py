@@ -8,6 +8,8 @@ machine, imports jax or starts a process.
 
 from __future__ import annotations
 
+import dataclasses
+
 from golden_collective import collective_cpu_quick, collective_gpu8
 
 from devctl.model.bench_transfer import (
@@ -55,6 +57,41 @@ def _gpu_stats(i: int) -> dict:
     }
 
 
+def _host_and_hardware(hostname: str, gpus: int, pci: list[dict] | None = None):
+    """HostInfo and Hardware as devctl list reads them, in the shapes real runs gave (the H200 of
+    tests/fixtures/h200/list-2026-11-27.json for a host with a driver; this project's CPU box for one without):
+    `gpus` H100s on a driver, or none with NVML unavailable and `pci` the NVIDIA functions the bus lists."""
+    import copy
+    import json
+    from pathlib import Path
+
+    from devctl.model import from_dict
+    from devctl.model.hardware import HostInfo
+    from devctl.model.list_ import Hardware
+
+    real = json.loads((Path(__file__).parent / "fixtures" / "h200" / "list-2026-11-27.json").read_text())
+    host = dict(real["host"], hostname=hostname, cpu_model="Intel(R) Xeon(R) Platinum 8480C", logical_cores=224,
+                physical_cores=112, usable_cores=224, numa_nodes=[0, 1], python_executable="/home/alice/.venv/bin/python")  # fmt: skip
+    hw = copy.deepcopy(real["hardware"])
+    (gpu,) = hw["nvidia"]["gpus"]
+    if gpus:
+        hw["nvidia"]["gpus"] = [
+            dict(gpu, index=i, name=H100, uuid=f"GPU-5c3f1e9a-0d4b-7c21-9e0f-6a1b2c3d4e{i:02d}", pci_bus_id=BUS[i], memory_total_bytes=NVML_TOTAL,
+                 memory_used_bytes=_gpu_stats(i)["bytes_in_use"] + 500 * MIB, memory_free_bytes=NVML_TOTAL - _gpu_stats(i)["bytes_in_use"] - 500 * MIB,
+                 power_limit_w=700.0)
+            for i in range(gpus)
+        ]  # fmt: skip
+        hw["nvidia_device_nodes"] = [f"/dev/nvidia{i}" for i in range(gpus)] + ["/dev/nvidiactl", "/dev/nvidia-uvm"]
+        hw["nvidia_pci"] = [dict(hw["nvidia_pci"][0], address=BUS[i], device_id="0x2330") for i in range(gpus)]
+    else:
+        reason = "libnvidia-ml.so.1 not found: no NVIDIA driver installed, or not mounted into this container"
+        hw["nvidia"] = {"status": "unavailable", "reason": reason, "driver_version": None, "cuda_driver_version": None,
+                        "cuda_driver_version_str": None, "gpus": [], "unavailable": {"nvml": reason}, "processes": []}  # fmt: skip
+        hw["nvidia_device_nodes"] = []
+        hw["nvidia_pci"] = pci or []
+    return from_dict(HostInfo, host), from_dict(Hardware, hw)
+
+
 def list_gpu8():
     from devctl.collect.list_ import Inventory
 
@@ -64,7 +101,7 @@ def list_gpu8():
             memory_kinds=["device", "pinned_host", "unpinned_host"], default_memory_kind="device",
             memory_stats=_gpu_stats(i),
             attributes={"compute_capability": "9.0", "core_count": 132, "device_vendor": "NVIDIA"},
-            nvml_gpu={"index": i, "pci_bus_id": BUS[i], "uuid": f"GPU-5c3f1e9a-0d4b-7c21-9e0f-6a1b2c3d4e{i:02d}"},
+            nvml_gpu={"index": i, "name": H100, "pci_bus_id": BUS[i], "uuid": f"GPU-5c3f1e9a-0d4b-7c21-9e0f-6a1b2c3d4e{i:02d}"},
         )  # fmt: skip
         for i in range(8)
     ]
@@ -78,10 +115,11 @@ def list_gpu8():
         BackendInfo("cpu", BackendStatus.OK, init_s=0.041, platform_version="cpu", runtime_type="pjrt", device_count=1, priority=0),
         BackendInfo("tpu", BackendStatus.SKIPPED, error="libtpu is not installed (pip install 'jax[tpu]')", fail_quietly=True),
     ]  # fmt: skip
+    host, hardware = _host_and_hardware("dgx-h100-07", gpus=8)
     return Inventory(
         schema="devctl.list/1", devctl_version="0.1.0", timestamp=TIMESTAMP, hostname="dgx-h100-07",
         jax_version="0.10.2", jaxlib_version="0.10.2", default_platform="gpu", backends=backends, devices=devices,
-        unused_accelerators=[], plugins=[], host=None, hardware=None, elapsed_s=6.204,
+        unused_accelerators=[], plugins=[], host=host, hardware=hardware, elapsed_s=6.204,
         jax_outcome=JaxOutcome("ok", default_backend="gpu", device_count=8),
     )  # fmt: skip
 
@@ -125,10 +163,12 @@ def list_cpu_broken():
         summary="PJRT_NAMES_AND_LIBRARY_PATHS entry mygpu cannot be loaded, so every jax.devices() raises, even with JAX_PLATFORMS=cpu",
         fix="fix its path, or drop it: unset PJRT_NAMES_AND_LIBRARY_PATHS", fix_env={"PJRT_NAMES_AND_LIBRARY_PATHS": None},
     )  # fmt: skip
+    vfio = {"vendor_id": "0x10de", "device_id": "0x20b0", "class_code": "0x030200", "driver": "vfio-pci", "numa_node": 0}
+    host, hardware = _host_and_hardware("ci-runner-3", gpus=0, pci=[dict(vfio, address=u.location) for u in unused])
     return Inventory(
         schema="devctl.list/1", devctl_version="0.1.0", timestamp=TIMESTAMP, hostname="ci-runner-3",
         jax_version="0.10.2", jaxlib_version="0.10.2", default_platform="cpu", backends=backends, devices=devices,
-        unused_accelerators=unused, plugins=[], host=None, hardware=None, elapsed_s=2.871, jax_outcome=outcome,
+        unused_accelerators=unused, plugins=[], host=host, hardware=hardware, elapsed_s=2.871, jax_outcome=outcome,
     )  # fmt: skip
 
 
@@ -249,7 +289,7 @@ def memstats_gpu8():
                 usable_bytes=usable, usable_bound=bound,
                 in_use_bytes=job_stats["bytes_in_use"] if i == 0 else driver_used, in_use_source="jobs" if i == 0 else "driver",
                 peak_bytes_in_use=job_stats["peak_bytes_in_use"] if i == 0 else None,
-                driver={"index": i, "uuid": f"GPU-5c3f1e9a-0d4b-7c21-9e0f-6a1b2c3d4e{i:02d}", "total_bytes": NVML_TOTAL,
+                driver={"index": i, "uuid": f"GPU-5c3f1e9a-0d4b-7c21-9e0f-6a1b2c3d4e{i:02d}", "name": H100, "total_bytes": NVML_TOTAL,
                         "used_bytes": driver_used, "free_bytes": NVML_TOTAL - driver_used},
                 hbm_bytes=None, busy=_h100_busy(i),
             )
@@ -328,8 +368,21 @@ def bench_gpu8():
     )  # fmt: skip
     return TransferReport(
         results=cells, roofs=roofs, fastest=fastest_paths(cells), devices=devices,
-        environment={"python": "3.11.7", "jax": "0.10.2", "jaxlib": "0.10.2", "backend": "cuda", "sizes_bytes": SIZES},
+        environment=_transfer_env("cuda", hostname="dgx-h100-07", sizes_bytes=list(SIZES)),
     )  # fmt: skip
+
+
+def _transfer_env(backend: str, **settings) -> dict:
+    """A bench transfer run's environment, every field its schema asks for (the probe child's plan and devctl's)."""
+    quick = settings.get("quick", False)
+    env = {
+        "python": "3.11.7", "jax": "0.10.2", "jaxlib": "0.10.2", "numpy": "2.2.6", "backend": backend,
+        "platform_version": CUDA_PLATFORM_VERSION if backend == "cuda" else backend, "hostname": "ci-runner-3",
+        "cpu_count": 224 if backend == "cuda" else 4, "cpu_affinity": None, "xla_flags": None, "jax_platforms": None,
+        "devctl": "0.1.0", "child_elapsed_s": 6.1, "sizes_bytes": [4 * KIB, 16 * MIB], "sweep_note": None, "pairs_note": None,
+        "repeats": 3, "min_time_s": 0.01 if quick else 0.03, "warmups": 1 if quick else 2, "verify": True, "quick": quick, "dtype": "uint8",
+    }  # fmt: skip
+    return {**env, **settings}
 
 
 def bench_cpu_quick():
@@ -348,8 +401,7 @@ def bench_cpu_quick():
                     pcie_reason="no GPU among the devices measured"),
         fastest=fastest_paths(cells),
         devices=tuple(BenchDevice(i, f"cpu:{i}", "cpu", "cpu", ("device", "pinned_host", "unpinned_host")) for i in range(4)),
-        environment={"python": "3.11.7", "jax": "0.10.2", "backend": "cpu", "quick": True,
-                     "pairs_note": "d2d pair matrix not measured: CPU devices share host memory (use --all-pairs)"},
+        environment=_transfer_env("cpu", quick=True, pairs_note="d2d pair matrix not measured: CPU devices share host memory (use --all-pairs)"),
     )  # fmt: skip
 
 
@@ -372,7 +424,7 @@ def bench_cpu1_quick():
                     pcie_reason="no GPU among the devices measured"),
         fastest=fastest_paths(cells),
         devices=(BenchDevice(0, "cpu:0", "cpu", "cpu", ("device", "pinned_host", "unpinned_host")),),
-        environment={"python": "3.11.7", "jax": "0.10.2", "backend": "cpu", "quick": True},
+        environment=_transfer_env("cpu", quick=True),
     )  # fmt: skip
 
 
@@ -579,11 +631,12 @@ def cluster_gpu2x8():
                        {"jax-cuda12-plugin": "0.10.2", "jax-cuda12-pjrt": "0.10.2"}, "570.124.06", 16)
         for i in range(2)
     ]  # fmt: skip
+    local = [d for d in list_gpu8().devices if d.platform == "gpu"]  # each host's own list record of its GPUs
     devices = [
         ClusterDevice(p, hosts[p], f"cuda:{8 * p + i}", "gpu", 8 * p + i, H100, p, BYTES_LIMIT, None,
-                      BYTES_LIMIT - [0, 4 * GIB][p], {})  # another process holds 4 GiB more than the limit leaves on host 08
+                      BYTES_LIMIT - [0, 4 * GIB][p], dataclasses.replace(local[i], id=8 * p + i, process_index=p))
         for p in range(2) for i in range(8)
-    ]  # fmt: skip
+    ]  # another process holds 4 GiB more than the limit leaves on host 08  # fmt: skip
     finding = ClusterFinding(
         "version-mismatch", "error", "jaxlib_version", "jaxlib 0.11.0 on dgx-h100-08 (process 1); the others run 0.10.2",
         [1], ["dgx-h100-08"], ["0.11.0"], "0.10.2", "install one jax release on every host: pip install -U 'jax[cuda12]==0.10.2'",

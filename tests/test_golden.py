@@ -129,3 +129,16 @@ def test_the_console_really_is_a_terminal_of_that_width(monkeypatch):
         assert out.is_terminal and out.width == 80 and console.table_box() is not None
     finally:
         console._console.cache_clear()
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_every_golden_report_is_a_document_its_schema_accepts(view):
+    """A golden shows what devctl prints for a document it could have written: the report behind each one passes
+    the JSON Schema its `schema` id names, as a real run's --json does."""
+    from conftest import validate_schema
+
+    from devctl.model import to_jsonable
+
+    doc = to_jsonable(VIEWS[view]())
+    name = doc["schema"].removeprefix("devctl.").rsplit("/", 1)[0]
+    validate_schema(doc, name)
