@@ -255,6 +255,24 @@ def test_tpu_runtime_with_a_silent_process_is_quiet(tmp_path, servers):
     assert value(metrics, "devctl_tpu_duty_cycle_ratio", chip="0") == pytest.approx(0.55)
 
 
+def test_a_collection_scans_the_tpu_chips_and_their_holders_once(tmp_path, servers, monkeypatch):
+    """The tpu and tpu_runtime sources both need who holds each chip (a walk of every process's fds): one walk a
+    scrape, shared, and a fresh one the next scrape."""
+    from devctl.discovery import tpu
+
+    host, _ = _tpu_host(tmp_path, servers, stall=False)
+    real, scans = tpu.tpu_info, []
+    monkeypatch.setattr(tpu, "tpu_info", lambda *a, **k: scans.append(1) or real(*a, **k))
+    from devctl.collect.exporter import Exporter
+
+    exporter = Exporter(host_root=str(host.path))
+    for scrape in (1, 2):
+        out = exporter.collect(timeout_s=5)
+        assert out.sources["tpu"].success and out.sources["tpu_runtime"].success, out.sources
+        assert {lb["chip"] for lb, _ in exposition(out)["devctl_tpu_hbm_used_bytes"]} == {"0", "1", "2"}
+        assert len(scans) == scrape
+
+
 def test_tpu_runtime_is_bounded_by_the_scrape_whatever_the_server(tmp_path, servers, monkeypatch):
     """Even a metrics read that never returns (here: the whole of it stuck) costs the scrape its timeout only."""
     from devctl.collect import tpu_runtime

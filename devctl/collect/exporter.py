@@ -64,6 +64,7 @@ class Exporter:
         self._session = contextlib.ExitStack()  # the NVML session the held GPM samples live in
         self._timeout_s = 5.0  # the scrape's, for the sources that bound their own waits within it
         self._tensorcore: Any = None  # devctl.collect.tpu_runtime.TensorCoreWatch: libtpu.sdk in a child
+        self._tpu_scan: _Once = _Once(lambda: None)  # this collection's TPU chips and their holders (collect() renews it)
 
     def start(self) -> None:
         """Probe JAX once (the child exits) and read the versions; a bad --publisher-dir is bad input here."""
@@ -109,8 +110,12 @@ class Exporter:
 
     def collect(self, timeout_s: float) -> Collection:
         """One collection, afresh; not re-entrant: concurrent callers go through shared()."""
+        from devctl.discovery.tpu import tpu_info
+
         started = time.monotonic()
         self._timeout_s = timeout_s
+        # The tpu and tpu_runtime sources both need the chips and who holds them: one scan of /proc a collection.
+        self._tpu_scan = _Once(lambda: tpu_info(self.root))
         readers: dict[str, Callable[[], list[Sample]]] = {
             "publishers": self._publishers,
             "nvml": self._nvml,
@@ -291,11 +296,10 @@ class Exporter:
         of the processes that answered keep their series. Nothing listening (a process not yet in libtpu) and no
         grpc installed are quiet: no series."""
         from devctl.collect.tpu_runtime import TensorCoreWatch, runtime_metrics, with_tensorcore_util
-        from devctl.discovery.tpu import tpu_info
 
         started = time.monotonic()
         budget = max(0.05, self._timeout_s * 0.8 - 0.25)  # the ask's threads get 0.25 s of grace beyond it
-        tpu = tpu_info(self.root)
+        tpu = self._tpu_scan()
         if self._tensorcore is None:
             self._tensorcore = TensorCoreWatch()
         self._tensorcore.start(tpu)  # a child, only where a chip is held and libtpu is installed here
@@ -320,10 +324,8 @@ class Exporter:
         return samples
 
     def _tpu(self) -> list[Sample]:
-        from devctl.discovery.tpu import tpu_info
-
         samples: list[Sample] = []
-        for chip in tpu_info(self.root).chips:
+        for chip in self._tpu_scan().chips:
             if chip.hbm_bytes is not None:
                 samples.append(Sample("devctl_tpu_chip_hbm_bytes", {"chip": str(chip.index), "version": chip.version, "pci_address": chip.pci_address}, float(chip.hbm_bytes)))
             for holder in chip.holders:
@@ -343,6 +345,20 @@ class Exporter:
         if h.shm_total_bytes is not None and h.shm_free_bytes is not None:
             add("devctl_host_shm_used_bytes", h.shm_total_bytes - h.shm_free_bytes)
         return samples
+
+
+class _Once:
+    """A value made by the first caller, from any thread, and given to every caller after it."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self._make, self._lock, self._made = make, threading.Lock(), False
+        self._value: Any = None
+
+    def __call__(self) -> Any:
+        with self._lock:
+            if not self._made:
+                self._value, self._made = self._make(), True
+            return self._value
 
 
 class _Call:
