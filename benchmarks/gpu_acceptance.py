@@ -9,6 +9,7 @@ claims another way, in a process of its own so no allocator is shared:
   calls dispatched (100 ms), one sync; devctl must reach 95% of it (issue 22);
 - bf16 matmul at 4096 and 8192 (`bench matmul`) against 20 or more calls dispatched (100 ms), one sync; 95% too;
 - pinned h2d and d2h at 1 GiB (`bench transfer`, its default variants) against device_put through pinned_host;
+  pinned h2d at 64 MiB and the on-device copy at 64 MiB and 1 GiB, timed in bursts, against the same bursts;
 - usable memory on a GPU another process holds (`memstats`, `check --min-memory`) against what a second process
   really allocates (a search over array sizes);
 - a job publishing in the default directory (clean environment: no DEVCTL_*, no XDG_RUNTIME_DIR) seen by
@@ -107,6 +108,30 @@ if dev.platform != "cpu":
     h2d(), d2h()
     out["pinned_h2d_1g_gbps"] = (1 << 30) / best(h2d) / 1e9
     out["pinned_d2h_1g_gbps"] = (1 << 30) / best(d2h) / 1e9
+    # At 64 MiB a transfer is ~1.3 ms on PCIe Gen5 and one launch and sync ~0.2 ms: bursts, as bench transfer times
+    # them since issue 22 (20 transfers dispatched, one sync on the last); the on-device copy chained, each call
+    # copying the one before's result, at 64 MiB and 1 GiB.
+    pinned64 = jax.device_put(host[: 64 << 20], pinned_s).block_until_ready()
+    def h2d_burst(calls=20):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            y = jax.device_put(pinned64, device_s)
+        y.block_until_ready()
+        return (time.perf_counter() - t0) / calls
+    h2d_burst()
+    out["pinned_h2d_64m_gbps"] = (64 << 20) / best(h2d_burst) / 1e9
+    for size, name in ((64 << 20, "64m"), (1 << 30, "1g")):
+        x = jax.device_put(host[:size], dev).block_until_ready()
+        def copies(calls=20):
+            global x
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                x = jax.device_put(x, dev, may_alias=False)
+            x.block_until_ready()
+            return (time.perf_counter() - t0) / calls
+        copies()
+        out[f"d2d_self_{name}_gbps"] = size / best(copies) / 1e9
+        del x
 print(json.dumps(out))
 """
 
@@ -273,7 +298,14 @@ class Acceptance:
         if "pinned_h2d_1g_gbps" not in truth:
             self.row("bench transfer: pinned h2d/d2h", "-", "no pinned_host path on CPU", None)
             return
-        tr = self.devctl_json("bench", "transfer", "--sizes", "1G", "--direction", "h2d,d2h")
+        tr = self.devctl_json("bench", "transfer", "--sizes", "64M,1G", "--direction", "h2d,d2h,d2d-self")
+        # Bandwidth cells in bursts (issue 22): the 64 MiB pinned h2d and the on-device copies against the same bursts.
+        for direction, variant, size, key in (("h2d", "pinned", 64 * MIB, "pinned_h2d_64m_gbps"), ("d2d-self", "put", 64 * MIB, "d2d_self_64m_gbps"),
+                                              ("d2d-self", "put", GIB, "d2d_self_1g_gbps")):  # fmt: skip
+            cell = next((c for c in tr["results"] if (c["direction"], c["variant"], c["size_bytes"]) == (direction, variant, size)), None)
+            label = f"bench transfer: {direction} {variant} at {size // MIB} MiB"
+            self.row(f"{label}: method", "burst", f"{cell and cell['method']}, {cell and cell['calls_per_sample']} calls a sample", bool(cell) and cell["method"] == "burst")
+            self.agree(label, cell and cell["gbps"], truth[key], "GB/s", 1 - TOLERANCE)
         for direction in ("h2d", "d2h"):
             cell = next((c for c in tr["results"] if c["direction"] == direction and c["variant"] == "pinned" and c["size_bytes"] == GIB), None)
             self.agree(f"bench transfer (default variants): pinned {direction} at 1 GiB", cell and cell["gbps"], truth[f"pinned_{direction}_1g_gbps"], "GB/s")
