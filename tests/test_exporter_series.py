@@ -12,8 +12,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from gpm_fake import FakeGpm
 from hosttrees import tpu_v4_host
-from test_gpm import MIB, FakeGpm
+from test_gpm import MIB
 
 from devctl.model.exporter import METRICS, Collection
 

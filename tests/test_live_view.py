@@ -183,7 +183,7 @@ class _BusySamples:
     def __init__(self, monkeypatch):
         import pynvml
         from golden_reports import memstats_gpu8
-        from test_gpm import H200_MATMUL, FakeGpm
+        from gpm_fake import H200_MATMUL, FakeGpm
 
         from devctl.collect.memstats import MemstatsSampler
         from devctl.discovery.gpm import BusyReader
