@@ -73,7 +73,17 @@ def one_line_version(b: BackendInfo) -> str:
     lines = [line.strip() for line in (b.platform_version or "").splitlines() if line.strip()]
     if len(lines) > 1 and b.pjrt_c_api_version is not None and lines[0] == "PJRT C API":
         lines = lines[1:]
-    return " / ".join(lines)
+    return " / ".join(_cuda_version(line) for line in lines)
+
+
+def _cuda_version(words: str) -> str:
+    """"cuda 13000" (CUDA's version number, 1000 x major + 10 x minor, as the CUDA plugin says it) as "CUDA 13.0";
+    any other words as they are (--json keeps the plugin's own)."""
+    kind, _, number = words.partition(" ")
+    if kind == "cuda" and number.isdigit() and len(number) >= 4:
+        n = int(number)
+        return f"CUDA {n // 1000}.{n % 1000 // 10}"
+    return words
 
 
 def _title(platform: str, count: int, b: BackendInfo | None) -> str:
