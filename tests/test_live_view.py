@@ -306,6 +306,8 @@ def test_busy_history_of_a_sample_without_a_figure_is_a_dot_and_of_a_device_gone
     for n in range(5, 5 + 17):
         view.add(samples.snapshot(50, 50, drop=("cuda:1",)))
     assert "cuda:1" not in view.busy_history and len(view.busy_history) == 7
+    # Its memory history and peak as well (12 samples long): nothing of a departed device outlives what it shows.
+    assert "cuda:1" not in view.history and "cuda:1" not in view.peaks and len(view.history) == 7
     view.add(samples.snapshot(50, 50))
     assert _cells(_frame(view, samples.snapshot(50, 50), 23))["cuda:1"].strip() == "▅"
 

@@ -403,6 +403,14 @@ class WatchView:
         if self.busy is None:
             self.busy = any(d.busy is not None for d in snapshot.devices)
         self._add_busy(snapshot)
+        # As the busy history: a device missing from this sample gets a gap, and is forgotten (its peak too) once
+        # its history holds no figure, so a long watch over devices that come and go stays bounded.
+        present = {d.key for d in snapshot.devices}
+        for key in [k for k in self.history if k not in present]:
+            self.history[key].append(None)
+            if all(v is None for v in self.history[key]):
+                del self.history[key]
+                self.peaks.pop(key, None)
         for d in snapshot.devices:
             used, _ = device_usage(snapshot, d)
             self.history[d.key].append(used)
