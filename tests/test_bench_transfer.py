@@ -164,32 +164,19 @@ def test_all_variants(variants_run):
     assert donated["zero_copy"] and donated["gbps"] is None
 
 
-def test_each_cell_says_its_method_bandwidth_cells_in_bursts_latency_cells_call_by_call(variants_run):
-    # A latency cell (64K and below) is timed call by call: the launch and the sync are its figure. Above it, a cell
-    # whose calls can follow one another is timed in bursts of K calls and one sync, the per-call overhead apart. On
-    # CPU devices that is the same-device copy alone, each call copying the one before's result: XLA's CPU client runs
-    # device_puts from one source side by side on its threads (a burst would time several copies against one
-    # thread's memcpy roof), and a donation or a d2h needs a fresh source each time.
+def test_every_cell_of_cpu_devices_is_timed_call_by_call_and_says_so(variants_run):
+    # Bursts are for accelerators, where a launch and sync (~0.2 ms an H200 call) hide a fast transfer; a CPU
+    # device's call is a host memcpy, and bursts there time something else (XLA's CPU client runs puts from one
+    # source side by side, and a chained copy waits on the one before's event). Which cells burst on a GPU:
+    # tests/test_units_bench.py and the gpu test below.
     measured = [c for c in variants_run["results"] if not c["skipped"]]
     assert {c["size_bytes"] for c in measured} == {4 * KIB, MIB}
     for c in measured:
-        if c["size_bytes"] > 64 * KIB and (c["direction"], c["variant"]) == ("d2d-self", "put"):
-            assert c["method"] == "burst" and c["calls_per_sample"] >= 2, c
-            assert c["call_overhead_s"] is not None and c["single_call_s"] > 0, c
-            assert c["samples"] >= 3 and c["min_s"] <= c["median_s"] <= c["max_s"], c
-            assert c["verified"] is True and c["gbps"] > 0 and not c["zero_copy"], c
-        else:
-            assert (c["method"], c["calls_per_sample"], c["call_overhead_s"]) == ("single", 1, None), c
+        assert (c["method"], c["calls_per_sample"], c["call_overhead_s"], c["single_call_s"]) == ("single", 1, None, None), c
+        assert c["samples"] >= 3 and c["min_s"] <= c["median_s"] <= c["max_s"], c
         if c["gbps"] is not None:
-            # The figure is per call, whatever the method: the bytes of one transfer over the median's seconds per call.
+            # The figure is per call: the bytes of one transfer over the median's seconds per call.
             assert c["gbps"] == pytest.approx(c["bytes_moved"] / c["median_s"] / 1e9), c
-
-
-def test_a_mesh_copy_on_its_own_devices_is_timed_in_bursts_too():
-    doc = bench("--sharded", "--direction", "d2d-self,h2d", "--sizes", "1M", "--repeats", "3", "--min-time", "0.005")
-    copy, h2d = one(doc, direction="d2d-self", size_bytes=MIB), one(doc, direction="h2d", size_bytes=MIB)
-    assert copy["layout"] == "sharded" and copy["method"] == "burst" and copy["calls_per_sample"] >= 2 and copy["gbps"] > 0
-    assert h2d["method"] == "single"  # from the host, on CPU devices: side by side in a burst
 
 
 def test_zero_copy_alias_is_flagged_not_reported_as_bandwidth(variants_run):

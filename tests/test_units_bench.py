@@ -757,9 +757,33 @@ def test_a_burst_holds_at_most_a_quarter_of_the_free_memory_where_its_results_la
     assert b._burst_limit(h2d, fresh) == 0  # a fresh source each time: call by call
     (small,) = (s for s in planned([gpu(0)], directions=("h2d",), sizes_bytes=(64 * KIB,)).plan()[0] if s.variant == "pageable")
     assert b._burst_limit(small, repeatable) == 0  # a latency cell: call by call
+    (on_cpu,) = (s for s in planned([cpu(0)], directions=("h2d",), sizes_bytes=(64 * MIB,)).plan()[0] if s.variant == "pageable")
+    assert b._burst_limit(on_cpu, repeatable) == 0  # CPU devices: call by call
     full = planned([gpu(0, limit=80 * GIB, in_use=80 * GIB - 100 * MIB)], directions=("h2d",), sizes_bytes=(64 * MIB,))
     (tight,) = (s for s in full.plan()[0] if s.variant == "pageable")
     assert full._burst_limit(tight, repeatable) < 2  # no room for two results in flight: the cell is timed call by call
+
+
+@pytest.mark.parametrize("direction", ["d2d-self", "h2d"])
+def test_a_burst_of_real_transfers_gives_every_timing_field_and_the_bytes_moved(direction):
+    """The burst timing of a transfer, on real JAX CPU devices (where devctl itself times call by call: the
+    mechanics, not the figures): K within its limit, samples per call, the call timed alone beside the first bursts
+    and the bytes its result moved."""
+    import jax
+    import numpy as np
+
+    from devctl.probe.transfer import Bench
+    from devctl.probe.transfer_measure import HostBuffers
+
+    bench = Bench(TransferOptions(directions=(direction,), sizes_bytes=(MIB,), repeats=3, min_time_s=0.01), jax, np)
+    bench.resolve()
+    spec = next(s for s in bench.plan()[0] if s.variant in ("put", "pageable"))
+    transfer = bench._transfer(spec, HostBuffers(np, MIB))
+    timing, moved = bench._time_bursts(transfer, limit=16, warmed=False)
+    assert timing["method"] == "burst" and 2 <= timing["calls_per_sample"] <= 16 and timing["samples"] >= 3
+    assert 0 < timing["min_s"] <= timing["median_s"] <= timing["max_s"]
+    assert timing["single_call_s"] > 0 and timing["call_overhead_s"] >= 0
+    assert moved == MIB  # a real copy: the result is not the source's memory
 
 
 def test_mesh_layouts_span_every_device_and_round_sharded_sizes_down():

@@ -10,12 +10,11 @@ Run as `python -m devctl.probe.transfer '<TransferOptions as JSON>'`. Events:
 
 Method (reference/monitoring-and-transfer.md B.6): untimed warm-ups; host buffers filled before any timing. A
 latency cell (LATENCY_MAX_BYTES and below), a cell that needs a fresh source for every repetition (wherever JAX
-would cache or consume it) and one of CPU devices whose copies would overlap (Transfer.ordered) is timed call by
-call, each ending in block_until_ready (or returning host bytes); any other in bursts of K calls and one
-block_until_ready by devctl.probe.bench's engine (K calibrated so a burst lasts BURST_MIN_S, at most
-BURST_MEMORY_BYTES of results in flight), with calls timed alone beside the first bursts for the per-call overhead
-and the bytes moved. Statistics from the median; an alias of the source is flagged zero-copy and given no
-bandwidth.
+would cache or consume it) and any cell of CPU devices is timed call by call, each ending in block_until_ready (or
+returning host bytes); any other in bursts of K calls and one block_until_ready by devctl.probe.bench's engine (K
+calibrated so a burst lasts BURST_MIN_S, at most BURST_MEMORY_BYTES of results in flight), with calls timed alone
+beside the first bursts for the per-call overhead and the bytes moved. Statistics from the median; an alias of the
+source is flagged zero-copy and given no bandwidth.
 
 This module runs the cells; beside it, by job: transfer_plan (which cells, on which devices),
 transfer_recipes (how each moves its bytes), transfer_measure (host buffers, aliasing, statistics),
@@ -283,8 +282,12 @@ class Bench(Plan, Recipes):
         is timed call by call: a latency, a source that must be fresh each time, or no room for MIN_CALLS results."""
         if spec.size <= m.LATENCY_MAX_BYTES or transfer.burst is None:
             return 0
-        if not transfer.ordered and any(d.platform == "cpu" for d in self._spec_devices(spec)):
-            return 0  # XLA's CPU client would run the burst's copies side by side (Transfer.ordered)
+        if any(d.platform == "cpu" for d in self._spec_devices(spec)):
+            # CPU devices: a call is a memcpy of host memory, ~0.05 ms of launch and sync, and bursts there time
+            # something else. XLA's CPU client runs device_puts from one source side by side on its threads (a
+            # burst of two 64 MiB puts took half the time a call of one alone did, on the 2-core VM), and a chained
+            # copy waits on the one before's event (4 MiB: 2.0 ms a call in a burst, 0.25 ms alone).
+            return 0
         room = m.BURST_MEMORY_BYTES
         landing = [spec.dst] if spec.direction in ("h2d", "d2d", "d2d-self") else [None]  # None: the host
         if spec.direction == "d2d-self" or spec.layout != "single":

@@ -22,15 +22,10 @@ class Transfer:
     # after it, because touching a fresh array first (even its buffer pointer) warms caches that
     # np.asarray would fill inside the timing, and would flatter a d2h by ~10 us.
     consumes_source: bool = False
-    # Starts one repetition and returns its result without waiting (the bench waits on the last of a burst); the
-    # same source every call, so `sources(None)` is what no result may alias. None: each repetition needs a fresh
-    # input (a donated source, a device array whose host copy JAX caches), and the cell is timed call by call.
+    # Starts one repetition and returns its result without waiting (the bench waits on the last of a burst; the
+    # bytes moved are read from calls of `op` timed alone). None: each repetition needs a fresh input (a donated
+    # source, a device array whose host copy JAX caches), and the cell is timed call by call.
     burst: Callable[[], Any] | None = None
-    # Each call of a burst copies the one before's result, so they run one after another on any backend. Transfers
-    # from one source may overlap instead: XLA's CPU client runs each device_put on a worker thread (a burst of two
-    # 64 MiB puts took half the time per call of one alone on the 2-core VM), which would time several copies at
-    # once against one thread's memcpy roof; on an accelerator they share one link, whose speed is the figure.
-    ordered: bool = False
 
 
 class Recipes:
@@ -154,11 +149,12 @@ def _waited(start: Callable[[], Any], source: Any) -> Transfer:
 
 def _chained(master: Any, copy: Callable[[Any], Any]) -> Transfer:
     """Copies of `master` on its own devices. Timed alone, each copies `master`; in a burst, each copies the result
-    of the one before (`ordered`), so a copy cannot start before the one before it has finished."""
+    of the one before, so a copy cannot start before the one before it has finished, however many streams the
+    backend copies on."""
     last = [master]
 
     def start() -> Any:
         last[0] = copy(last[0])
         return last[0]
 
-    return Transfer(lambda _: copy(master).block_until_ready(), sources=lambda _: ranges(master), burst=start, ordered=True)
+    return Transfer(lambda _: copy(master).block_until_ready(), sources=lambda _: ranges(master), burst=start)
