@@ -115,9 +115,3 @@ class HostRoot:
             return None
         return posixpath.normpath(posixpath.join(host_dir, target))
 
-    def unmap(self, local: str) -> str:
-        """Inverse of `local`: the host's absolute path for a path on this machine."""
-        if self.is_real:
-            return local
-        rel = os.path.relpath(local, self._real_root)
-        return "/" + rel if not rel.startswith("..") else local

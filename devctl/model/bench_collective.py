@@ -30,14 +30,6 @@ SCHEMA = "devctl.bench.collective/2"
 
 Collective = Literal["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ppermute"]
 COLLECTIVES: tuple[str, ...] = get_args(Collective)
-# The JAX call each one times, inside shard_map over one mesh axis.
-JAX_CALL = {
-    "all-reduce": "lax.psum",
-    "all-gather": "lax.all_gather(tiled=True)",
-    "reduce-scatter": "lax.psum_scatter(tiled=True)",
-    "all-to-all": "lax.all_to_all(tiled=True)",
-    "ppermute": "lax.ppermute (ring: i -> i+1)",
-}
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "int32", "int8")
 Scope = Literal["intra-host", "inter-host"]
 SCOPES: tuple[str, ...] = get_args(Scope)

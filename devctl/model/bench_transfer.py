@@ -39,19 +39,6 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "d2d": ("put", "donate"),
     "d2d-self": ("put", "donate"),
 }
-VARIANT_HELP = {
-    ("h2d", "pageable"): "jax.device_put(numpy array as numpy allocates it)",
-    ("h2d", "aligned"): "jax.device_put(page-aligned numpy array), which JAX may alias instead of copying",
-    ("h2d", "pinned"): "jax.device_put(array in pinned_host memory) to device memory",
-    ("d2h", "numpy"): "np.asarray(fresh device array)",
-    ("d2h", "copy"): "a real host copy of a fresh device array: np.array(x, copy=True) on CPU (where np.asarray is a view), np.asarray(x) elsewhere",
-    ("d2h", "pinned"): "jax.device_put(fresh device array, pinned_host sharding), then np.asarray",
-    ("d2h", "async"): "x.copy_to_host_async(), then np.asarray(x)",
-    ("d2d", "put"): "jax.device_put(x, other device)",
-    ("d2d", "donate"): "jax.device_put(fresh x, other device, donate=True)",
-    ("d2d-self", "put"): "jax.device_put(x, same device, may_alias=False)",
-    ("d2d-self", "donate"): "jax.device_put(fresh x, same device, may_alias=False, donate=True)",
-}
 ALL_VARIANTS = tuple(dict.fromkeys(v for names in VARIANTS.values() for v in names))
 # What the default run adds to each direction's plain call on an accelerator: JAX's plain h2d and d2h go through
 # pageable host memory, often a fraction of what the link carries (an H200: 6.9 and 1.4 GB/s pageable, 49.5 and
