@@ -439,6 +439,10 @@ class Acceptance:
                  pm["requested_bytes"] == 4398046511104 and pm["requested_device"] == want_device)  # fmt: skip
         self.row("post-mortem: what was held", "the 8.0 MiB holder, not the 4 TiB that never existed", f"{pm['total_bytes']} bytes in {pm['total_arrays']} arrays",
                  pm["total_bytes"] < 9 * MIB and pm["arrays"][:1] and pm["arrays"][0]["nbytes"] == 8 * MIB)  # fmt: skip
+        # Its own job's post-mortem, judged: not left in the user's real directory for doctor to report ever after.
+        for p in pms:
+            if Path(p["path"]).name.startswith(f"{pid}-"):
+                Path(p["path"]).unlink(missing_ok=True)
 
     def hidden_gpus(self) -> None:
         if self.cpu:
