@@ -83,19 +83,26 @@ def test_each_device_is_compared_with_its_peers_by_the_straggler_rule(run):
 
 def test_a_slow_device_among_real_figures_is_named(run):
     """The real events of a run, with one device's copies made 20x slower (a device whose memory clocks dropped),
-    assembled by the collector: that device is named, with its figure and the median. (20x, not 1.5x: the peers'
-    real figures at these small sizes scatter on a busy machine, and the rule widens its bar with their scatter:
-    its 3 x 1.4826 MADs must stay under the 95% drop, so one of the peers' two gaps under 21% of their median.)"""
+    assembled by the collector: that device is named, with its figure and the median. The rule widens its bar with
+    the peers' scatter (3 x 1.4826 MADs), and their real figures at these small sizes scatter by 2x when the machine
+    is busy (CI beside other jobs): the peers are set to their median here, each cell scaled whole, so the test is of
+    the collector naming the slow one, not of how quiet the machine was."""
+    import statistics
+
     from devctl.collect.bench_memory import assemble
     from devctl.model import to_jsonable
 
     events = _events_of(run)
-    for e in events:
-        if e.get("event") == "cell" and e["device"] == "cpu:2":
+    cells = [e for e in events if e.get("event") == "cell"]
+    for size in {e["size_bytes"] for e in cells}:
+        at_size = [e for e in cells if e["size_bytes"] == size]
+        typical = statistics.median(e["gbps"] for e in at_size if e["device"] != "cpu:2")
+        for e in at_size:
+            factor = (0.05 * typical if e["device"] == "cpu:2" else typical) / e["gbps"]
             for key in ("min_s", "p10_s", "median_s", "p90_s", "max_s", "mean_s"):
-                e[key] /= 0.05
-            e["gbps"] *= 0.05
-            e["peak_gbps"] *= 0.05
+                e[key] /= factor
+            e["gbps"] *= factor
+            e["peak_gbps"] *= factor
     report = assemble(events)
     named = [s.name for s in report.comparison.stragglers]
     assert "cpu:2" in named
