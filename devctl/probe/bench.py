@@ -30,6 +30,7 @@ from functools import partial
 from typing import Any, Callable
 
 from devctl.model.bench import BURST_MIN_S, ChipOptions
+from devctl.model.bench_transfer import TransferOptions
 from devctl.model.timing import sample_stats
 from devctl.probe.channel import emit, read_request
 from devctl.probe.transfer_devices import device_free_bytes, device_name, dist_version
@@ -232,12 +233,12 @@ def choose_calls(run_burst: Callable[[int], float], limit: int = MAX_CALLS, targ
 
 
 def time_interleaved(
-    calls: dict[str, Callable[[], Any]], opts: Any, *, timed_alone: dict[str, Callable[[], float]] | None = None,
+    calls: dict[str, Callable[[], Any]], opts: ChipOptions | TransferOptions, *, timed_alone: dict[str, Callable[[], float]] | None = None,
     limits: dict[str, int] | None = None, warmed: int = 0,
 ) -> dict[str, Timing]:
     """Each device's Timing of its `call` (which must return an array without waiting for it; where its results
-    are to follow one another, each call feeds its result to the next). `opts`: a bench's options (repeats,
-    min_time_s, warmups).
+    are to follow one another, each call feeds its result to the next). `opts`: a bench's repeats, min_time_s and
+    warmups.
 
     Each device gets --warmups untimed calls (less `warmed`, calls already made), then its burst length K is
     calibrated (choose_calls, at most `limits[name]` or burst_limit). The devices take turns, one sample each per

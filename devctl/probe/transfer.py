@@ -288,14 +288,12 @@ class Bench(Plan, Recipes):
             # burst of two 64 MiB puts took half the time a call of one alone did, on the 2-core VM), and a chained
             # copy waits on the one before's event (4 MiB: 2.0 ms a call in a burst, 0.25 ms alone).
             return 0
-        room = m.BURST_MEMORY_BYTES
-        landing = [spec.dst] if spec.direction in ("h2d", "d2d", "d2d-self") else [None]  # None: the host
-        if spec.direction == "d2d-self" or spec.layout != "single":
-            landing = self._spec_devices(spec) or landing
-        for d in landing:
-            free = host_available_bytes() if d is None or d == "mesh" or d.platform == "cpu" else device_free_bytes(d)
-            if free is not None:
-                room = min(room, free // 4)
+        if spec.direction == "d2h":
+            frees = [host_available_bytes()]  # the results land in host memory
+        else:
+            landing = self._spec_devices(spec) if spec.direction == "d2d-self" or spec.layout != "single" else [spec.dst]
+            frees = [device_free_bytes(d) for d in landing]
+        room = min([m.BURST_MEMORY_BYTES] + [free // 4 for free in frees if free is not None])
         per_call = spec.size // len(spec.devices) if spec.layout == "sharded" and spec.devices else spec.size
         return int(room // max(per_call, 1))
 
