@@ -764,6 +764,30 @@ def test_a_burst_holds_at_most_a_quarter_of_the_free_memory_where_its_results_la
     assert full._burst_limit(tight, repeatable) < 2  # no room for two results in flight: the cell is timed call by call
 
 
+def test_a_burst_of_independent_calls_waits_on_every_result_and_a_chain_on_its_last():
+    """Transfers from one source may finish out of order (several streams): their burst waits on each result. Calls
+    that feed one another end in order, and their earlier results may be donated away: only the last is waited on."""
+    from devctl.probe.bench import burst
+    from devctl.probe.transfer_recipes import _Independent
+
+    waited: list[int] = []
+
+    class Result:
+        def __init__(self, n: int):
+            self.n = n
+
+        def block_until_ready(self):
+            waited.append(self.n)
+            return self
+
+    made = iter(range(100))
+    burst(_Independent(lambda: Result(next(made))), 4)
+    assert waited == [0, 1, 2, 3]
+    waited.clear()
+    burst(lambda: Result(next(made)), 4)
+    assert waited == [7]
+
+
 @pytest.mark.parametrize("direction", ["d2d-self", "h2d"])
 def test_a_burst_of_real_transfers_gives_every_timing_field_and_the_bytes_moved(direction):
     """The burst timing of a transfer, on real JAX CPU devices (where devctl itself times call by call: the

@@ -143,8 +143,21 @@ class Recipes:
 
 
 def _waited(start: Callable[[], Any], source: Any) -> Transfer:
-    """A transfer from one fixed `source`: timed alone it waits for its result; in a burst, only the last is waited on."""
-    return Transfer(lambda _: start().block_until_ready(), sources=lambda _: ranges(source), burst=start)
+    """A transfer from one fixed `source`: timed alone it waits for its result; in a burst, for every result."""
+    return Transfer(lambda _: start().block_until_ready(), sources=lambda _: ranges(source), burst=_Independent(start))
+
+
+class _Independent:
+    """A burst's call whose results do not wait on one another: the engine's burst waits on all of them
+    (devctl.probe.bench.burst), holding them meanwhile (within the cell's burst limit)."""
+
+    independent = True
+
+    def __init__(self, start: Callable[[], Any]):
+        self._start = start
+
+    def __call__(self) -> Any:
+        return self._start()
 
 
 def _chained(master: Any, copy: Callable[[Any], Any]) -> Transfer:
