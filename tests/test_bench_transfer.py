@@ -561,7 +561,7 @@ def test_pcie_peak_table():
 
 
 def test_chart_bar():
-    from devctl.render.bench_transfer import bar
+    from devctl.render.bench import bar
 
     assert bar(1.0, 4) == "████" and bar(0.5, 4) == "██  " and bar(0.0, 4).strip() == "▏"
 

@@ -790,7 +790,7 @@ def test_a_burst_of_independent_calls_waits_on_every_result_and_a_chain_on_its_l
 
 @pytest.mark.parametrize("direction", ["d2d-self", "h2d"])
 def test_a_burst_of_real_transfers_gives_every_timing_field_and_the_bytes_moved(direction):
-    """The burst timing of a transfer, on real JAX CPU devices (where devctl itself times call by call: the
+    """The burst and the call-by-call timing of a transfer, on real JAX CPU devices (where devctl itself times call by call: the
     mechanics, not the figures): K within its limit, samples per call, the call timed alone beside the first bursts
     and the bytes its result moved."""
     import jax
@@ -803,11 +803,16 @@ def test_a_burst_of_real_transfers_gives_every_timing_field_and_the_bytes_moved(
     bench.resolve()
     spec = next(s for s in bench.plan()[0] if s.variant in ("put", "pageable"))
     transfer = bench._transfer(spec, HostBuffers(np, MIB))
-    timing, moved = bench._time_bursts(transfer, limit=16, warmed=False)
+    timing, moved = bench._time(transfer, limit=16, warmed=False)
     assert timing["method"] == "burst" and 2 <= timing["calls_per_sample"] <= 16 and timing["samples"] >= 3
     assert 0 < timing["min_s"] <= timing["median_s"] <= timing["max_s"]
     assert timing["single_call_s"] > 0 and timing["call_overhead_s"] >= 0
     assert moved == MIB  # a real copy: the result is not the source's memory
+    # Under MIN_CALLS the same engine times it call by call: every sample one call, no overhead apart from it.
+    timing, moved = bench._time(transfer, limit=1, warmed=False)
+    assert timing["method"] == "single" and timing["calls_per_sample"] == 1 and timing["samples"] >= 3
+    assert 0 < timing["min_s"] <= timing["median_s"] <= timing["max_s"] and timing.get("call_overhead_s") is None
+    assert moved == MIB
 
 
 def test_mesh_layouts_span_every_device_and_round_sharded_sizes_down():

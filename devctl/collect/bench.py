@@ -1,18 +1,21 @@
-"""What the per-device benchmark collectors (`bench memory`, `bench matmul`) share: running their probe child,
-turning its failures into one-line errors, and the run's environment as the report carries it."""
+"""What every bench's collector shares: running its probe child, turning its failures into one-line errors, the
+devices and the run's environment as the report carries them; and, for the per-device benches (`bench memory`,
+`bench matmul`), their cells compared with each device's roof and its peers."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, cast
+from typing import Any, Callable, Iterable
 
 from devctl.errors import DevctlError, InputRejected
-from devctl.model.bench import BenchDevice, ChipEnvironment, Comparison, best_by_device, compare, fastest_by_device
+from devctl.model.bench import BenchDevice, Comparison, best_by_device, compare, fastest_by_device
 from devctl.model.peaks import no_peak_reason, peak_for
 
 
-def run_probe(module: str, request: dict, timeout_s: float, command: str, on_event: Callable[[dict], None] | None):
-    """The child's events and its ChildResult; a device this machine lacks is bad input (exit 2), any other failure
-    a DevctlError naming the command."""
+def run_probe(module: str, request: dict, timeout_s: float, command: str, on_event: Callable[[dict], None] | None,
+              check: Callable[[Any], None] | None = None):  # fmt: skip
+    """The child's ChildResult; bad input only the child could see (a device this machine lacks) is InputRejected
+    (exit 2), any other failure a DevctlError naming the command. `check(result)` may raise its own, after the
+    child's error and before a missing plan or end."""
     from devctl.probe.runner import run_child
 
     result = run_child(module, request, timeout_s=timeout_s, on_event=on_event)
@@ -21,6 +24,8 @@ def run_probe(module: str, request: dict, timeout_s: float, command: str, on_eve
         if error.get("kind") == "usage":
             raise InputRejected(error.get("message", "bad input"))
         raise DevctlError(f"{command}: {error.get('message', 'the probe failed')}")
+    if check is not None:
+        check(result)
     if result.last("done") is None or result.last("plan") is None:
         raise DevctlError(f"{command}: the benchmark process {result.failure_text()}")
     return result
@@ -33,13 +38,14 @@ def devices_of(events: list[dict]) -> tuple[BenchDevice, ...]:
     return tuple(from_dict(BenchDevice, d) for d in plan["devices"])
 
 
-def environment_of(events: list[dict], elapsed_s: float | None) -> ChipEnvironment:
+def environment_of(events: list[dict], elapsed_s: float | None, **extra: Any) -> Any:
+    """The run's environment: the child's plan carries every key of the bench's environment type but devctl's own
+    (its version, the child's and the whole run's wall time) and `extra` (what the child only knows at its end)."""
     from devctl.version import __version__
 
     plan = next(e for e in events if e.get("event") == "plan")
     done = next(e for e in reversed(events) if e.get("event") == "done")
-    # The child's plan carries every other key of a ChipEnvironment (devctl.probe.bench.environment).
-    env = cast(ChipEnvironment, {**plan.get("environment", {}), "devctl": __version__, "child_elapsed_s": done.get("elapsed_s")})
+    env = {**plan.get("environment", {}), **extra, "devctl": __version__, "child_elapsed_s": done.get("elapsed_s")}
     if elapsed_s is not None:
         env["elapsed_s"] = round(elapsed_s, 3)
     return env

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from devctl.errors import DevctlError, InputRejected
+from devctl.errors import DevctlError
 from devctl.model import bench_collective as m
 
 PROBE_MODULE = "devctl.probe.collective"
@@ -16,45 +16,32 @@ _JOIN_MARGIN_S = 10
 
 def run_collective(opts: m.CollectiveOptions, timeout_s: float, *, on_event: Callable[[dict], None] | None = None) -> m.CollectiveReport:
     """Run the probe child and assemble its events into a report. `on_event` sees every event as it comes (progress)."""
-    from devctl.probe.runner import run_child
+    from devctl.collect.bench import run_probe
+
+    def joined(result) -> None:
+        if result.last("join_timeout") is not None or (opts.cluster is not None and result.last("joined") is None and result.last("plan") is None):
+            raise DevctlError(
+                f"bench collective: distributed: not every process joined the cluster within --timeout ({timeout_s:g} s): "
+                "start the same command on every process, with the same --coordinator and --num-processes"
+            )
 
     watchdog = timeout_s + (timeout_s + _JOIN_MARGIN_S if opts.cluster is not None else 0)
-    result = run_child(PROBE_MODULE, opts.to_request(), timeout_s=watchdog, on_event=on_event)
-    error = result.last("error")
-    if error is not None:
-        if error.get("kind") == "usage":  # the device count, which only the child knows
-            raise InputRejected(error.get("message", "bad input"))
-        raise DevctlError(f"bench collective: {error.get('message', 'the probe failed')}")
-    if result.last("join_timeout") is not None or (opts.cluster is not None and result.last("joined") is None and result.last("plan") is None):
-        raise DevctlError(
-            f"bench collective: distributed: not every process joined the cluster within --timeout ({timeout_s:g} s): "
-            "start the same command on every process, with the same --coordinator and --num-processes"
-        )
-    if result.last("done") is None or result.last("plan") is None:
-        raise DevctlError(f"bench collective: the benchmark process {result.failure_text()}")
+    result = run_probe(PROBE_MODULE, opts.to_request(), watchdog, "bench collective", on_event, check=joined)
     return assemble(result.events, elapsed_s=result.elapsed_s)
 
 
 def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.CollectiveReport:
+    from devctl.collect.bench import devices_of, environment_of
     from devctl.model import from_dict
-    from devctl.model.bench import BenchDevice
-    from devctl.version import __version__
 
     plan = next(e for e in events if e.get("event") == "plan")
     done = next(e for e in reversed(events) if e.get("event") == "done")
-    devices = tuple(from_dict(BenchDevice, d) for d in plan["devices"])
+    devices = devices_of(events)
     axes = tuple(from_dict(m.MeshAxis, a) for a in plan["axes"])
     cells = tuple(from_dict(m.CollectiveCell, e) for e in events if e.get("event") == "cell")
     hosts_event = next((e for e in events if e.get("event") == "hosts"), None)
     hosts = tuple(from_dict(m.HostFigure, f) for f in (hosts_event or {}).get("figures", []))
-    environment: m.CollectiveEnvironment = {
-        **plan.get("environment", {}),  # the child writes the other keys (probe.collective.Bench._environment)
-        "sweep_note": done.get("sweep_note"),
-        "devctl": __version__,
-        "child_elapsed_s": done.get("elapsed_s"),
-    }
-    if elapsed_s is not None:
-        environment["elapsed_s"] = round(elapsed_s, 3)
+    environment: m.CollectiveEnvironment = environment_of(events, elapsed_s, sweep_note=done.get("sweep_note"))
     cells, roof_note = with_roofs(cells, axes, devices)
     environment["roof_note"] = roof_note
     return m.CollectiveReport(

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Callable, cast
+from typing import Callable
 
-from devctl.errors import DevctlError, InputRejected
+from devctl.errors import InputRejected
 from devctl.model import bench_transfer as m
-from devctl.model.bench import BenchDevice
 
 PROBE_MODULE = "devctl.probe.transfer"
 
@@ -20,7 +19,7 @@ def run_transfer(
     """Run the probe child and assemble its events into a report. `on_event` sees every event as it comes (progress). --sizes is
     checked against this machine when the plan arrives: the first moment the devices are known, before the
     child allocates anything."""
-    from devctl.probe.runner import run_child
+    from devctl.collect.bench import run_probe
 
     def each(event: dict) -> None:
         if on_event is not None:
@@ -28,40 +27,24 @@ def run_transfer(
         if event.get("event") == "plan":
             check_sizes_fit(opts, event)  # what it raises ends the child and reaches the caller
 
-    result = run_child(PROBE_MODULE, opts.to_request(), timeout_s=timeout_s, on_event=each)
-    error = result.last("error")
-    if error is not None:
-        if error.get("kind") == "usage":  # a device this machine does not have
-            raise InputRejected(error.get("message", "bad input"))
-        raise DevctlError(f"bench transfer: {error.get('message', 'the probe failed')}")
-    done = result.last("done")
-    plan = result.last("plan")
-    if done is None or plan is None:
-        raise DevctlError(f"bench transfer: the benchmark process {result.failure_text()}")
-    report = assemble(result.events, elapsed_s=result.elapsed_s)
-    return report
+    result = run_probe(PROBE_MODULE, opts.to_request(), timeout_s, "bench transfer", each)
+    return assemble(result.events, elapsed_s=result.elapsed_s)
 
 
 def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.TransferReport:
+    from devctl.collect.bench import devices_of, environment_of
     from devctl.model import from_dict
-    from devctl.version import __version__
 
-    plan = next(e for e in events if e.get("event") == "plan")
     done = next(e for e in reversed(events) if e.get("event") == "done")
     cells = tuple(from_dict(m.Cell, e) for e in events if e.get("event") == "cell")
     memcpy = tuple(from_dict(m.MemcpyRoof, e) for e in events if e.get("event") == "roof")
     pcie = tuple(from_dict(m.PcieLink, link) for link in done.get("pcie", []))
-    devices = tuple(from_dict(BenchDevice, d) for d in plan["devices"])
-    # The child's plan carries every other key of a BenchEnvironment (devctl.probe.transfer.Bench._environment).
-    environment = cast(m.BenchEnvironment, {**plan.get("environment", {}), "devctl": __version__, "child_elapsed_s": done.get("elapsed_s")})
-    if elapsed_s is not None:
-        environment["elapsed_s"] = round(elapsed_s, 3)
     return m.TransferReport(
         results=cells,
         roofs=m.Roofs(host_memcpy=memcpy, pcie=pcie, pcie_reason=done.get("pcie_reason")),
         fastest=m.fastest_paths(cells),
-        devices=devices,
-        environment=environment,
+        devices=devices_of(events),
+        environment=environment_of(events, elapsed_s),
     )
 
 

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from devctl.model.bench import BURST_MIN_S, ChipOptions
 from devctl.model.bench_transfer import TransferOptions
-from devctl.model.timing import sample_stats
+from devctl.model.timing import sample_stats, single_timing
 from devctl.probe.channel import emit, read_request
 from devctl.probe.transfer_devices import device_free_bytes, device_name, dist_version
 from devctl.probe.transfer_measure import host_available_bytes
@@ -170,7 +170,7 @@ def failure_note(e: BaseException) -> str:
 class Timing:
     """One device's timing of one cell: seconds per call of every burst, and of single calls timed alone."""
 
-    calls_per_sample: int  # K: calls dispatched back to back per sample, then one block_until_ready
+    calls_per_sample: int  # K: calls dispatched back to back per sample, then one block_until_ready; 1: call by call
     per_call: list[float] = field(default_factory=list)  # per sample: the burst's wall time / K
     single: list[float] = field(default_factory=list)  # one call + block_until_ready each
     extra: list[float] = field(default_factory=list)  # per single call: it, less the time per call of the burst after it
@@ -185,7 +185,9 @@ class Timing:
         """The cell's statistics (seconds per call, over the samples), K, the single call's median, and the per-call
         overhead: the median of how much longer a call timed alone took than a call of the burst right after it
         (paired, so that the machine's load, which changes from round to round, falls on both), 0 where the single
-        calls were no slower."""
+        calls were no slower. A cell timed call by call (K = 1) has its samples' statistics alone."""
+        if self.calls_per_sample == 1:
+            return single_timing(self.per_call)
         st = sample_stats(self.per_call)
         single = sample_stats(self.single)["median_s"]
         extra = sample_stats(self.extra)["median_s"]
@@ -245,27 +247,28 @@ def choose_calls(run_burst: Callable[[int], float], limit: int = MAX_CALLS, targ
 
 
 def time_interleaved(
-    calls: dict[str, Callable[[], Any]], opts: ChipOptions | TransferOptions, *, timed_alone: dict[str, Callable[[], float]] | None = None,
-    limits: dict[str, int] | None = None, warmed: int = 0,
+    calls: dict[str, Callable[[], Any] | None], opts: ChipOptions | TransferOptions, *,
+    timed_alone: dict[str, Callable[[], float]] | None = None, limits: dict[str, int] | None = None, warmed: int = 0,
 ) -> dict[str, Timing]:
-    """Each device's Timing of its `call` (which must return an array without waiting for it; where its results
-    are to follow one another, each call feeds its result to the next). `opts`: a bench's repeats, min_time_s and
-    warmups.
+    """Each cell's Timing of its `call` (which must return an array without waiting for it; where its results are to
+    follow one another, each call feeds its result to the next). `opts`: a bench's repeats, min_time_s and warmups.
 
-    Each device gets --warmups untimed calls (less `warmed`, calls already made), then its burst length K is
-    calibrated (choose_calls, at most `limits[name]` or burst_limit). The devices take turns, one sample each per
-    round (the first of the round rotating): whatever else the machine is doing at a moment slows every device
-    alike, so a device is named a straggler for being slow, not for being measured while another job ran. A
-    device's turn in a round is one burst, after one call timed alone while Timing.wants_single (single_call, or
-    `timed_alone[name]`, its seconds, where the caller times that call its own way). Rounds go on until every
-    device has --repeats samples and --min-time of timed bursts (or MAX_SAMPLES, or the wall-clock cap).
+    A call timed alone is single_call, or `timed_alone[name]`, its seconds, where the caller times that call its
+    own way (a transfer's fresh source, made untimed). Each cell gets --warmups untimed calls alone (less `warmed`,
+    calls already made), then its burst length K is calibrated (choose_calls, at most `limits[name]` or
+    burst_limit). A cell whose call is None, or whose limit is under MIN_CALLS, is timed call by call (K = 1: a
+    latency, a call that needs a fresh input), each sample one call timed alone. The cells take turns, one sample
+    each per round (the first of the round rotating): whatever else the machine is doing at a moment slows every
+    device alike, so a device is named a straggler for being slow, not for being measured while another job ran. A
+    cell's turn in a round is one burst, after one call timed alone while Timing.wants_single. Rounds go on until
+    every cell has --repeats samples and --min-time of timed calls (or MAX_SAMPLES, or the wall-clock cap).
     """
-    for call in calls.values():
+    alone = {k: (timed_alone or {}).get(k) or partial(single_call, call) for k, call in calls.items() if call is not None}
+    alone.update(timed_alone or {})
+    for k in calls:
         for _ in range(max(opts.warmups - warmed, 0)):
-            t0 = time.perf_counter()
-            call().block_until_ready()
             # One warm-up longer than the whole time budget has warmed all there is.
-            if time.perf_counter() - t0 >= max(opts.min_time_s, 1.0):
+            if alone[k]() >= max(opts.min_time_s, 1.0):
                 break
     emit("tick", samples=0)
     names = list(calls)
@@ -276,7 +279,7 @@ def time_interleaved(
         for k in names:
             call = calls[k]
             limit = min(MAX_CALLS, (limits or {}).get(k, burst_limit(call)))
-            timings[k] = Timing(choose_calls(partial(burst, call), limit))
+            timings[k] = Timing(1 if call is None or limit < MIN_CALLS else choose_calls(partial(burst, call), limit))
             emit("tick", samples=0)
         timed = dict.fromkeys(names, 0.0)
         wall_start = last_beat = time.perf_counter()
@@ -284,17 +287,21 @@ def time_interleaved(
         for r in range(MAX_SAMPLES):
             first = r % len(names)
             for k in names[first:] + names[:first]:
-                t = timings[k]
-                time_alone = (timed_alone or {}).get(k) or partial(single_call, calls[k])
-                alone = time_alone() if t.wants_single(timed[k]) else None
-                wall = burst(calls[k], t.calls_per_sample)
-                t.per_call.append(wall / t.calls_per_sample)
-                if alone is not None:
-                    t.single.append(alone)
-                    t.extra.append(alone - t.per_call[-1])
-                timed[k] += wall
+                t, call = timings[k], calls[k]
+                if t.calls_per_sample == 1 or call is None:
+                    seconds = alone[k]()
+                    t.per_call.append(seconds)
+                    timed[k] += seconds
+                else:
+                    one = alone[k]() if t.wants_single(timed[k]) else None
+                    wall = burst(call, t.calls_per_sample)
+                    t.per_call.append(wall / t.calls_per_sample)
+                    if one is not None:
+                        t.single.append(one)
+                        t.extra.append(one - t.per_call[-1])
+                    timed[k] += wall
                 now = time.perf_counter()
-                if now - last_beat >= HEARTBEAT_S:  # after each device's turn: a turn is three calls at least
+                if now - last_beat >= HEARTBEAT_S:  # after each cell's turn
                     emit("tick", samples=r + 1)
                     last_beat = now
             if r + 1 >= opts.repeats and (min(timed.values()) >= opts.min_time_s or now - wall_start >= wall_cap):

@@ -30,7 +30,6 @@ from dataclasses import replace
 
 from devctl.model import bench_transfer as m
 from devctl.model import to_jsonable
-from devctl.model.timing import sample_stats, single_timing
 from devctl.probe.bench import MIN_CALLS, begin, failure_note, host_environment, time_interleaved
 from devctl.probe.channel import emit, exit_child
 from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, memory_kinds
@@ -40,12 +39,6 @@ from devctl.probe.transfer_plan import DEVICE_COPIES, Plan, Spec, UsageProblem, 
 from devctl.probe.transfer_recipes import Recipes, Transfer
 from devctl.units import format_bytes
 
-# Above this many samples a cell has said all it can; tiny transfers would otherwise loop for the whole budget.
-MAX_SAMPLES = 1000
-# Wall-clock bound per cell, as a multiple of --min-time: untimed per-repetition setup (fresh arrays) also costs.
-WALL_FACTOR = 4
-# While one cell runs longer than this, tell the parent's watchdog that work goes on.
-HEARTBEAT_S = 2.0
 # The memcpy roof is the best of at least this many copies over at least this long: on a shared machine some
 # of them run undisturbed.
 ROOF_REPEATS = 10
@@ -79,12 +72,6 @@ def main() -> int:
 
 class Bench(Plan, Recipes):
     """Runs the planned cells: each transfer timed, verified and set against its roof."""
-
-
-    # ---- planning -------------------------------------------------------------------------
-
-
-    # ---- running ----------------------------------------------------------------------------
 
     def run(self) -> None:
         from devctl.discovery.nvml import nvml_session
@@ -142,11 +129,16 @@ class Bench(Plan, Recipes):
         # a median taken while the machine was busy let cells come out at 120% of it (issue 13).
         np = self.np
         src, dst = host.pattern, host.memcpy_dst
-        copy = lambda _: np.copyto(dst, src)
-        samples = self._time(lambda: None, copy, lambda arg: [], repeats=ROOF_REPEATS, min_time_s=ROOF_MIN_TIME_S)[0]
-        stats = sample_stats(samples)
-        gbps = host.size / stats["min_s"] / 1e9 if stats["min_s"] else None
-        return m.MemcpyRoof(host.size, len(samples), stats["median_s"], gbps, min_s=stats["min_s"])
+
+        def copy() -> float:
+            t0 = time.perf_counter_ns()
+            np.copyto(dst, src)
+            return (time.perf_counter_ns() - t0) / 1e9
+
+        opts = replace(self.opts, repeats=max(self.opts.repeats, ROOF_REPEATS), min_time_s=max(self.opts.min_time_s, ROOF_MIN_TIME_S))
+        st = time_interleaved({"roof": None}, opts, timed_alone={"roof": copy})["roof"].stats()
+        gbps = host.size / st["min_s"] / 1e9 if st["min_s"] else None
+        return m.MemcpyRoof(host.size, st["samples"], st["median_s"], gbps, min_s=st["min_s"])
 
     def _run_cell(self, spec: Spec, host: HostBuffers, roof: m.MemcpyRoof) -> m.Cell:
         why = self._cannot_run(spec)
@@ -158,21 +150,14 @@ class Bench(Plan, Recipes):
             transfer = self._transfer(spec, host)
             verified = self._verify(transfer, host, spec) if self.opts.verify else None
             # The verification is itself an untimed transfer of the same call: it counts as a warm-up.
-            limit = self._burst_limit(spec, transfer)
-            if limit >= MIN_CALLS:
-                timing, moved_bytes = self._time_bursts(transfer, limit, warmed=verified is not None)
-            else:
-                samples, moved_bytes = self._time(
-                    transfer.prepare, transfer.op, transfer.sources, transfer.consumes_source, warmed=verified is not None
-                )
-                timing = single_timing(samples)
+            timing, moved = self._time(transfer, self._burst_limit(spec, transfer), warmed=verified is not None)
         except Exception as e:  # an out-of-memory or a backend refusal costs this cell, not the run
             return self._skipped(spec, failure_note(e))
         finally:
             transfer = None
             gc.enable()
         self._sample_links(spec)
-        return self._cell(spec, timing, moved_bytes, verified, roof, note)
+        return self._cell(spec, timing, moved, verified, roof, note)
 
     def _cannot_run(self, spec: Spec) -> str | None:
         if _no_pair(spec):
@@ -204,9 +189,6 @@ class Bench(Plan, Recipes):
         size = spec.size - spec.size % n
         return replace(spec, size=size), f"rounded down to {size} bytes, a multiple of {n} devices"
 
-    # ---- the transfers ------------------------------------------------------------------------
-
-
     # ---- timing, verification, statistics -------------------------------------------------------
 
     def _verify(self, transfer: Transfer, host: HostBuffers, spec: Spec) -> bool:
@@ -217,65 +199,6 @@ class Bench(Plan, Recipes):
         ok = got.shape[0] == spec.size and bool(np.array_equal(got, host.pattern[: spec.size]))
         del out, got
         return ok
-
-    def _time(
-        self, prepare, op, sources, consumes_source: bool = False, warmed: int = 0, repeats: int = 0,
-        min_time_s: float = 0.0,
-    ) -> tuple[list[float], int | None]:
-        """Warm-ups, then timed repetitions until both --repeats and --min-time (or `repeats` and `min_time_s`,
-        where more) are met.
-
-        `warmed` counts untimed calls already made (the verification). Returns the
-        samples in seconds and the bytes that really moved per call (result buffers
-        that alias a source are not counted).
-        """
-        opts = self.opts
-        repeats = max(repeats, opts.repeats)
-        min_time_s = max(min_time_s, opts.min_time_s)
-        for _ in range(max(opts.warmups - warmed, 0)):
-            t0 = time.perf_counter()
-            out = op(prepare())
-            del out
-            # One warm-up of a transfer longer than the whole time budget has warmed all there is.
-            if time.perf_counter() - t0 >= min_time_s:
-                break
-        emit("tick", samples=0)
-        samples: list[float] = []
-        moved: int | None = None
-        timed = 0.0
-        wall_start = last_beat = time.perf_counter()
-        wall_cap = max(min_time_s * WALL_FACTOR, 0.0)
-        # A collection inside a timed call would be charged to the transfer.
-        gc.disable()
-        try:
-            while True:
-                arg = prepare()
-                src = sources(arg) if consumes_source else None
-                t0 = time.perf_counter_ns()
-                out = op(arg)
-                t1 = time.perf_counter_ns()
-                if src is None:
-                    src = sources(arg)
-                got = moved_bytes(ranges(out), src)
-                moved = got if moved is None else min(moved, got)
-                del out, arg
-                s = (t1 - t0) / 1e9
-                samples.append(s)
-                timed += s
-                n = len(samples)
-                now = time.perf_counter()
-                if now - last_beat >= HEARTBEAT_S:
-                    emit("tick", samples=n)
-                    last_beat = now
-                if n >= repeats and (
-                    timed >= min_time_s
-                    or n >= MAX_SAMPLES
-                    or now - wall_start >= wall_cap
-                ):
-                    break
-        finally:
-            gc.enable()
-        return samples, moved
 
     def _burst_limit(self, spec: Spec, transfer: Transfer) -> int:
         """The most calls a burst of this cell may hold (results in flight, each `spec.size` bytes); 0 where the cell
@@ -297,23 +220,25 @@ class Bench(Plan, Recipes):
         per_call = spec.size // len(spec.devices) if spec.layout == "sharded" and spec.devices else spec.size
         return int(room // max(per_call, 1))
 
-    def _time_bursts(self, transfer: Transfer, limit: int, warmed: bool) -> tuple[dict, int | None]:
-        """A bandwidth cell's Timing fields and the bytes that really moved, timed by the engine the per-device
-        benches use (probe.bench.time_interleaved, with this one cell): bursts of K calls (at most `limit`) and one
-        block_until_ready, and beside the first of them a call timed alone (op: dispatch and wait), whose result's
-        buffers also say how many bytes moved (an alias of the source moved none)."""
+    def _time(self, transfer: Transfer, limit: int, warmed: bool) -> tuple[dict, int | None]:
+        """A cell's Timing fields and the bytes that really moved, timed by the engine every bench uses
+        (probe.bench.time_interleaved, with this one cell): bursts of K calls (at most `limit`) and one
+        block_until_ready, or, where `limit` is under MIN_CALLS, call by call. A call timed alone (op: dispatch and
+        wait, its fresh source prepared untimed) is a sample of the latter, and beside the first bursts of the
+        former; its result's buffers say how many bytes moved (an alias of the source moved none)."""
         moved: list[int] = []
 
         def alone() -> float:
             arg = transfer.prepare()
+            src = transfer.sources(arg) if transfer.consumes_source else None  # see Transfer.consumes_source
             t0 = time.perf_counter_ns()
             out = transfer.op(arg)
             seconds = (time.perf_counter_ns() - t0) / 1e9
-            moved.append(moved_bytes(ranges(out), transfer.sources(arg)))
+            moved.append(moved_bytes(ranges(out), transfer.sources(arg) if src is None else src))
             return seconds
 
-        assert transfer.burst is not None
-        timing = time_interleaved({"cell": transfer.burst}, self.opts, timed_alone={"cell": alone}, limits={"cell": limit}, warmed=int(warmed))
+        call = transfer.burst if limit >= MIN_CALLS else None
+        timing = time_interleaved({"cell": call}, self.opts, timed_alone={"cell": alone}, limits={"cell": limit}, warmed=int(warmed))
         return timing["cell"].stats(), min(moved, default=None)
 
     def _cell(self, spec: Spec, st: dict, moved, verified, roof: m.MemcpyRoof, note) -> m.Cell:

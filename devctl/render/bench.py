@@ -7,7 +7,7 @@ import sys
 from typing import Any, Callable, Iterable
 
 from devctl.model.bench import Comparison
-from devctl.units import digits, figure, format_seconds
+from devctl.units import digits, figure, format_seconds, format_size_short
 
 BAR_WIDTH = 32
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -155,6 +155,37 @@ def overhead_line(cells: Iterable[Any], left_out_of: str = "the figures above") 
     low, high = f"{values[0] * 1e3:.2f}", f"{values[-1] * 1e3:.2f}"
     spread = f" (cells {low} – {high})" if low != high else ""
     return f"Per call: launch + sync {statistics.median(values) * 1e3:.2f} ms{spread}, not in {left_out_of}"
+
+
+def size_chart(title: str, series: dict[Any, list], name: Callable[[Any, list], str], value_of: Callable[[Any], float | None],
+               text_of: Callable[[Any], str], width: int | None = None, reserve: int = 18) -> list[str]:  # fmt: skip
+    """A figure (GB/s) against size, one block of bars per series (key -> its cells, each with a size_bytes), `width`
+    cells wide at most (the terminal's by default; the bars shorten on a narrow one, `reserve` cells left for the
+    size label and the text after a bar); `name(key, keys)` heads a block. A series measured at one size, or with
+    no figure at any (skipped, zero-copy: the table says why), has no bars."""
+    from devctl.render.console import out, wrap
+
+    width = out().width if width is None else width
+    series = {k: v for k, v in series.items() if len(v) >= 2 and any(value_of(c) for c in v)}
+    top = max((value_of(c) or 0.0 for v in series.values() for c in v), default=None)
+    if not series or not top:
+        return []
+    bar_width = max(min(BAR_WIDTH, width - reserve), 4)
+    lines = wrap(f"{title} (GB/s; a full bar is {figure(top)} GB/s)", width, hang="  ")
+    for key, group in series.items():
+        lines += wrap(name(key, list(series)), width, hang="  ")
+        for c in sorted(group, key=lambda c: c.size_bytes):
+            label, value = format_size_short(c.size_bytes).rjust(6), value_of(c)
+            drawn = f"│ {text_of(c)}" if value is None else f"│{bar(value / top, bar_width)} {text_of(c)}"
+            lines.append(f"{label} {drawn}".rstrip())
+    return lines
+
+
+def csv_table(header: list[str], cells: Iterable[Any], **computed: Callable[[Any], Any]) -> tuple[list[str], list[list[Any]]]:
+    """--csv of a bench: one row per cell, raw values (sizes in bytes, times in seconds), each column the cell's
+    field of that name or, for a column named in `computed`, that function of the cell."""
+    rows = [[computed[k](c) if k in computed else getattr(c, k) for k in header] for c in cells]
+    return header, rows
 
 
 def print_view(table: list, sections: Iterable[list], prose: Iterable[str]) -> None:

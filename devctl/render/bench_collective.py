@@ -12,10 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.bench_collective import CollectiveCell, CollectiveReport
-from devctl.render.bench import bar, boxed_table, print_view
+from devctl.render.bench import boxed_table, csv_table, pct, print_view, size_chart, spread
 from devctl.units import figure, format_seconds, format_size_short
-
-BAR_WIDTH = 32
 
 
 def collective_text(report: CollectiveReport) -> None:
@@ -23,24 +21,10 @@ def collective_text(report: CollectiveReport) -> None:
     print_view(_results_table(rows) if rows else [], [*_pair_matrices(report.results), chart_lines(rows)], summary_lines(report))
 
 
-def _gbps(value: float | None) -> str:
-    return figure(value)
-
-
 def _busbw(c: CollectiveCell) -> str:
     if c.skipped:
         return "skipped"
-    return _gbps(c.busbw_gbps)
-
-
-def _pct(c: CollectiveCell) -> str:
-    return "-" if c.pct_of_roof is None else f"{c.pct_of_roof:.0f}%"
-
-
-def _spread(c: CollectiveCell) -> str:
-    if c.p10_s is None or c.p90_s is None:
-        return "-"
-    return f"{format_seconds(c.p10_s)} – {format_seconds(c.p90_s)}"
+    return figure(c.busbw_gbps)
 
 
 def _results_table(cells: list[CollectiveCell]) -> list:
@@ -62,7 +46,7 @@ def _results_table(cells: list[CollectiveCell]) -> list:
     rows = [
         [
             c.collective, f"{c.axis} ({c.ranks})", c.dtype, format_size_short(c.size_bytes), format_seconds(c.median_s),
-            _spread(c), str(c.samples or "-"), _gbps(c.algbw_gbps), _busbw(c), _pct(c), c.note or "",
+            spread(c.p10_s, c.p90_s), str(c.samples or "-"), figure(c.algbw_gbps), _busbw(c), pct(c.pct_of_roof), c.note or "",
         ]
         for c in cells
     ]  # fmt: skip
@@ -93,29 +77,16 @@ def _pair_matrices(cells) -> list[list]:
 
 
 def chart_lines(cells, width: int | None = None) -> list[str]:
-    """Bus bandwidth against size, one block of bars per collective and axis, `width` cells wide at most."""
-    from devctl.render.console import out, wrap
-
-    width = out().width if width is None else width
+    """Bus bandwidth against size, one block of bars per collective and axis (and dtype, where there are several)."""
     series: dict = {}
     for c in cells:
         series.setdefault((c.collective, c.axis, c.ranks, c.dtype), []).append(c)
-    series = {k: v for k, v in series.items() if len(v) >= 2 and any(c.busbw_gbps for c in v)}
-    top = max((c.busbw_gbps for v in series.values() for c in v if c.busbw_gbps), default=None)
-    if not series or not top:
-        return []
-    bar_width = max(min(BAR_WIDTH, width - 18), 4)  # "  256M │" before the bar, " 123" after it
-    dtypes = {k[3] for k in series}
-    lines = wrap(f"Bus bandwidth against size (GB/s; a full bar is {figure(top)} GB/s)", width, hang="  ")
-    for (collective, axis, ranks, dtype), group in series.items():
-        lines += wrap(f"{collective} on {axis} ({ranks})" + (f" {dtype}" if len(dtypes) > 1 else ""), width, hang="  ")
-        for c in sorted(group, key=lambda c: c.size_bytes):
-            label = format_size_short(c.size_bytes).rjust(6)
-            if c.busbw_gbps is None:
-                lines.append(f"{label} │ {_busbw(c)}")
-                continue
-            lines.append(f"{label} │{bar(c.busbw_gbps / top, bar_width)} {figure(c.busbw_gbps)}".rstrip())
-    return lines
+
+    def name(key: tuple, keys: list) -> str:
+        collective, axis, ranks, dtype = key
+        return f"{collective} on {axis} ({ranks})" + (f" {dtype}" if len({k[3] for k in keys}) > 1 else "")
+
+    return size_chart("Bus bandwidth against size", series, name, lambda c: c.busbw_gbps, _busbw, width)
 
 
 def summary_lines(report: CollectiveReport) -> list[str]:
@@ -134,8 +105,8 @@ def summary_lines(report: CollectiveReport) -> list[str]:
         best = []
         for name in dict.fromkeys(c.collective for c in on_axis):
             top = max((c for c in on_axis if c.collective == name), key=lambda c: c.busbw_gbps or 0)
-            pct = f", {top.pct_of_roof:.0f}% of the link peak" if top.pct_of_roof is not None else ""
-            best.append(f"{name} {_gbps(top.busbw_gbps)} at {format_size_short(top.size_bytes)}{pct}")
+            share = f", {top.pct_of_roof:.0f}% of the link peak" if top.pct_of_roof is not None else ""
+            best.append(f"{name} {figure(top.busbw_gbps)} at {format_size_short(top.size_bytes)}{share}")
         lines.append(f"Best busbw on {axis}: {'; '.join(best)}")
     roofs = {c.roof_gbps for c in report.results if c.roof_gbps}
     if roofs:
@@ -174,8 +145,7 @@ def csv_rows(report: CollectiveReport) -> tuple[list[str], list[list[Any]]]:
         "collective", "axis", "ranks", "dtype", "size_bytes", "src", "dst", "samples", "min_s", "p10_s", "median_s",
         "p90_s", "max_s", "algbw_gbps", "busbw_gbps", "roof_gbps", "pct_of_roof", "skipped", "note",
     ]  # fmt: skip
-    rows = [[getattr(c, k) for k in header] for c in report.results]
-    return header, rows
+    return csv_table(header, report.results)
 
 
 def progress_label(event: dict) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.bench_matmul import MatmulReport
-from devctl.render.bench import per_device_text
+from devctl.render.bench import csv_table, per_device_text
 
 
 def matmul_text(report: MatmulReport, verbose: bool = False) -> None:
@@ -24,13 +24,7 @@ def csv_rows(report: MatmulReport) -> tuple[list[str], list[list[Any]]]:
               "p90_s", "max_s", "single_call_s", "call_overhead_s", "tflops", "peak_tflops", "roof_tflops", "pct_of_roof",
               "verified", "straggler", "skipped", "note"]  # fmt: skip
     slow = {(comp.metric, s.name) for comp in report.comparisons for s in comp.stragglers}
-    rows = [
-        [c.device, c.dtype, c.n, c.precision, c.flops, c.samples, c.calls_per_sample, c.min_s, c.median_s, c.p10_s,
-         c.p90_s, c.max_s, c.single_call_s, c.call_overhead_s, c.tflops, c.peak_tflops, c.roof_tflops, c.pct_of_roof,
-         c.verified, (c.dtype, c.device) in slow, c.skipped, c.note]  # fmt: skip
-        for c in report.results
-    ]
-    return header, rows
+    return csv_table(header, report.results, straggler=lambda c: (c.dtype, c.device) in slow)
 
 
 def progress_label(event: dict) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.bench_memory import MemoryReport
-from devctl.render.bench import per_device_text
+from devctl.render.bench import csv_table, per_device_text
 from devctl.units import format_size_short
 
 
@@ -25,13 +25,7 @@ def csv_rows(report: MemoryReport) -> tuple[list[str], list[list[Any]]]:
               "max_s", "single_call_s", "call_overhead_s", "gbps", "peak_gbps", "roof_gbps", "pct_of_roof", "verified",
               "straggler", "skipped", "note"]  # fmt: skip
     slow = {s.name for s in report.comparison.stragglers}
-    rows = [
-        [c.device, c.size_bytes, c.bytes_moved, c.samples, c.calls_per_sample, c.min_s, c.median_s, c.p10_s, c.p90_s,
-         c.max_s, c.single_call_s, c.call_overhead_s, c.gbps, c.peak_gbps, c.roof_gbps, c.pct_of_roof, c.verified,
-         c.device in slow, c.skipped, c.note]  # fmt: skip
-        for c in report.results
-    ]
-    return header, rows
+    return csv_table(header, report.results, straggler=lambda c: c.device in slow)
 
 
 def progress_label(event: dict) -> str:

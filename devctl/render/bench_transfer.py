@@ -10,7 +10,7 @@ whole, one row per line.
 from __future__ import annotations
 
 from devctl.model.bench_transfer import LATENCY_MAX_BYTES, Cell, Fastest, Roofs, TransferReport, above_roof
-from devctl.render.bench import BAR_WIDTH, bar, boxed_table, overhead_line, print_view
+from devctl.render.bench import boxed_table, csv_table, overhead_line, print_view, size_chart, spread
 from devctl.units import figure, format_seconds, format_size_short
 
 
@@ -44,12 +44,6 @@ def _roof_short(kind: str | None) -> str:
     return {"pcie": "PCIe", "host_memcpy": "memcpy"}.get(kind or "", "")
 
 
-def _spread(c: Cell) -> str:
-    if c.p10_s is None or c.p90_s is None:
-        return "-"
-    return f"{format_seconds(c.p10_s)} – {format_seconds(c.p90_s)}"
-
-
 def _matrix_groups(cells) -> dict:
     """d2d cells measured for three or more pairs at one size: shown as a source x destination matrix."""
     groups: dict = {}
@@ -80,7 +74,7 @@ def _results_table(cells: list[Cell]) -> list:
     for c in cells:
         rows.append([
             c.direction, c.variant, *([c.layout] if mesh else []), f"{c.src} → {c.dst}", format_size_short(c.size_bytes),
-            format_seconds(c.median_s), _spread(c), _fmt_gbps(c), _fmt_pct(c), *([c.note or ""] if notes else []),
+            format_seconds(c.median_s), spread(c.p10_s, c.p90_s), _fmt_gbps(c), _fmt_pct(c), *([c.note or ""] if notes else []),
         ])  # fmt: skip
     return boxed_table(columns, rows, "devctl bench transfer")
 
@@ -148,33 +142,18 @@ def _device_order(name: str):
 
 
 def chart_lines(cells, width: int | None = None) -> list[str]:
-    """Bandwidth against size, one block of bars per series (direction, variant, layout, path), `width` cells
-    wide at most (the terminal's by default): the bars shorten on a narrow terminal."""
-    from devctl.render.console import out, wrap
-
-    width = out().width if width is None else width
+    """Bandwidth against size, one block of bars per series (direction, variant, layout, path)."""
     series: dict = {}
     for c in cells:
         series.setdefault((c.direction, c.variant, c.layout, c.src, c.dst), []).append(c)
-    # A series with no bandwidth at any size (skipped, zero-copy) has no bar to draw: the table says why.
-    series = {k: v for k, v in series.items() if len(v) >= 2 and any(c.gbps for c in v)}
-    top = max((c.gbps for v in series.values() for c in v if c.gbps), default=None)
-    if not series or not top:
-        return []
+
+    def name(key: tuple, _keys: list) -> str:
+        direction, variant, layout, src, dst = key
+        return f"{direction} {variant}{'' if layout == 'single' else ' ' + layout} {src} → {dst}"
+
+    text = lambda c: _fmt_gbps(c) + (" (suspect)" if c.suspect and c.gbps is not None else "")  # noqa: E731
     # "  256M │" before the bar, " 0.0365 (suspect)" after it.
-    bar_width = max(min(BAR_WIDTH, width - 26), 4)
-    lines = wrap(f"Bandwidth against size (GB/s; a full bar is {figure(top)} GB/s)", width, hang="  ")
-    for (direction, variant, layout, src, dst), group in series.items():
-        where = "" if layout == "single" else f" {layout}"
-        lines += wrap(f"{direction} {variant}{where} {src} → {dst}", width, hang="  ")
-        for c in sorted(group, key=lambda c: c.size_bytes):
-            label = format_size_short(c.size_bytes).rjust(6)
-            if c.gbps is None:
-                lines.append(f"{label} │ {_fmt_gbps(c)}")
-                continue
-            flag = " (suspect)" if c.suspect else ""
-            lines.append(f"{label} │{bar(c.gbps / top, bar_width)} {figure(c.gbps)}{flag}".rstrip())
-    return lines
+    return size_chart("Bandwidth against size", series, name, lambda c: c.gbps, text, width, reserve=26)
 
 
 def summary_lines(report: TransferReport) -> list[str]:
@@ -309,13 +288,7 @@ def csv_rows(report: TransferReport) -> tuple[list[str], list[list]]:
     """One row per cell, raw values: sizes in bytes, times in seconds, bandwidths in GB/s (decimal)."""
     header = [
         "direction", "variant", "layout", "src", "dst", "size_bytes", "bytes_moved", "method", "calls_per_sample",
-        "samples", "min_s", "p10_s", "median_s", "p90_s", "max_s", "single_call_s", "call_overhead_s", "gbps", "per_device_gbps", "zero_copy", "verified", "roof", "roof_gbps",
-        "pct_of_roof", "suspect", "skipped", "note",
+        "samples", "min_s", "p10_s", "median_s", "p90_s", "max_s", "single_call_s", "call_overhead_s", "gbps",
+        "per_device_gbps", "zero_copy", "verified", "roof", "roof_gbps", "pct_of_roof", "suspect", "skipped", "note",
     ]  # fmt: skip
-    rows = [
-        [c.direction, c.variant, c.layout, c.src, c.dst, c.size_bytes, c.bytes_moved, c.method, c.calls_per_sample,
-         c.samples, c.min_s, c.p10_s, c.median_s, c.p90_s, c.max_s, c.single_call_s, c.call_overhead_s, c.gbps, c.per_device_gbps, c.zero_copy, c.verified, c.roof, c.roof_gbps,
-         c.pct_of_roof, c.suspect, c.skipped, c.note]
-        for c in report.results
-    ]  # fmt: skip
-    return header, rows
+    return csv_table(header, report.results)
