@@ -18,10 +18,10 @@ Pure stdlib: the CLI (no jax) and the probe child both build and read these reco
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Literal, TypedDict, get_args
+from typing import Annotated, Any, Callable, ClassVar, Literal, get_args
 
 from devctl.model import from_dict, json_schema
-from devctl.model.bench import BenchDevice
+from devctl.model.bench import BenchDevice, HostEnvironment
 from devctl.model.gate import Baseline, Figure, Gate, GateSpec
 from devctl.model.timing import Timing
 from devctl.units import format_size_short
@@ -187,29 +187,23 @@ class HostFigure:
     busbw_gbps: float | None = field(metadata=json_schema(minimum=0))
 
 
-class CollectiveEnvironment(TypedDict, total=False):
-    """What the run was: versions, machine, settings (the probe child's plan, with devctl's additions)."""
-
-    python: str
-    jax: str
-    jaxlib: str | None
-    backend: str | None  # the JAX client's platform
-    hostname: str
-    cpu_count: int | None
-    xla_flags: str | None  # XLA_FLAGS as set
+class _CollectiveEnvironmentRequired(HostEnvironment):
     shard_map: str  # where shard_map was imported from (jax.shard_map, or jax.experimental.shard_map on older jax)
     device_kind: str | None
-    process_count: int  # JAX processes in the mesh (1 without --distributed)
-    process_index: int  # this process's index (0 without --distributed): the one whose timings the cells are
-    repeats: int
-    warmups: int
-    budget_s: float
+    process_count: Annotated[int, json_schema(minimum=1)]  # JAX processes in the mesh (1 without --distributed)
+    process_index: Annotated[int, json_schema(minimum=0)]  # this process's index (0 without --distributed): whose timings the cells are
+    repeats: Annotated[int, json_schema(minimum=1)]
+    warmups: Annotated[int, json_schema(minimum=0)]
+    budget_s: Annotated[float, json_schema(minimum=0)]
     quick: bool
     sweep_note: str | None  # sizes left out of the default sweep, and why
     roof_note: str | None  # why busbw has no roof to compare with
-    devctl: str  # devctl's version
-    child_elapsed_s: float | None  # the probe child's own wall time
-    elapsed_s: float  # wall time of the whole run, as the CLI saw it
+
+
+class CollectiveEnvironment(_CollectiveEnvironmentRequired, total=False):
+    """What the run was: versions, machine, settings (the probe child's plan, with devctl's additions)."""
+
+    elapsed_s: Annotated[float, json_schema(minimum=0)]  # wall time of the whole run, as the CLI saw it
 
 
 @dataclass(frozen=True)

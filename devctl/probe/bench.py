@@ -249,6 +249,7 @@ def choose_calls(run_burst: Callable[[int], float], limit: int = MAX_CALLS, targ
 def time_interleaved(
     calls: dict[str, Callable[[], Any] | None], opts: ChipOptions | TransferOptions, *,
     timed_alone: dict[str, Callable[[], float]] | None = None, limits: dict[str, int] | None = None, warmed: int = 0,
+    agree: Callable[[Any], Any] = lambda choice: choice,
 ) -> dict[str, Timing]:
     """Each cell's Timing of its `call` (which must return an array without waiting for it; where its results are to
     follow one another, each call feeds its result to the next). `opts`: a bench's repeats, min_time_s and warmups.
@@ -262,13 +263,17 @@ def time_interleaved(
     device alike, so a device is named a straggler for being slow, not for being measured while another job ran. A
     cell's turn in a round is one burst, after one call timed alone while Timing.wants_single. Rounds go on until
     every cell has --repeats samples and --min-time of timed calls (or MAX_SAMPLES, or the wall-clock cap).
+
+    Every choice made from a timing (a warm-up's length, a calibration burst's, whether to time a call alone, whether
+    to stop) goes through `agree`: with several processes calling one collective, each must make the same calls, so
+    process 0's choice is every process's (devctl.probe.collective_cluster.Agreement.agree).
     """
     alone = {k: (timed_alone or {}).get(k) or partial(single_call, call) for k, call in calls.items() if call is not None}
     alone.update(timed_alone or {})
     for k in calls:
         for _ in range(max(opts.warmups - warmed, 0)):
             # One warm-up longer than the whole time budget has warmed all there is.
-            if alone[k]() >= max(opts.min_time_s, 1.0):
+            if agree(alone[k]() >= max(opts.min_time_s, 1.0)):
                 break
     emit("tick", samples=0)
     names = list(calls)
@@ -279,7 +284,11 @@ def time_interleaved(
         for k in names:
             call = calls[k]
             limit = min(MAX_CALLS, (limits or {}).get(k, burst_limit(call)))
-            timings[k] = Timing(1 if call is None or limit < MIN_CALLS else choose_calls(partial(burst, call), limit))
+            if call is None or limit < MIN_CALLS:
+                timings[k] = Timing(1)
+            else:
+                run = partial(burst, call)
+                timings[k] = Timing(choose_calls(lambda n: agree(run(n)), limit))
             emit("tick", samples=0)
         timed = dict.fromkeys(names, 0.0)
         wall_start = last_beat = time.perf_counter()
@@ -293,7 +302,7 @@ def time_interleaved(
                     t.per_call.append(seconds)
                     timed[k] += seconds
                 else:
-                    one = alone[k]() if t.wants_single(timed[k]) else None
+                    one = alone[k]() if agree(t.wants_single(timed[k])) else None
                     wall = burst(call, t.calls_per_sample)
                     t.per_call.append(wall / t.calls_per_sample)
                     if one is not None:
@@ -304,7 +313,7 @@ def time_interleaved(
                 if now - last_beat >= HEARTBEAT_S:  # after each cell's turn
                     emit("tick", samples=r + 1)
                     last_beat = now
-            if r + 1 >= opts.repeats and (min(timed.values()) >= opts.min_time_s or now - wall_start >= wall_cap):
+            if agree(r + 1 >= opts.repeats and (min(timed.values()) >= opts.min_time_s or now - wall_start >= wall_cap)):
                 break
     finally:
         gc.enable()

@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import gc
 import math
-import os
-import platform
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 from devctl.model import bench_collective as m
 from devctl.model import to_jsonable
-from devctl.model.bench import BURST_MIN_S
-from devctl.model.timing import sample_stats, single_timing
-from devctl.probe.bench import MAX_CALLS, MIN_CALLS, SINGLE_FIRST, begin, failure_note
+from devctl.model.bench import ChipOptions
+from devctl.probe.bench import MIN_CALLS, begin, failure_note, host_environment, single_call, time_interleaved
 from devctl.probe.channel import emit, exit_child
 from devctl.probe.collective_cluster import Agreement, join_cluster, leave
 from devctl.probe.collective_ops import (
@@ -41,15 +39,15 @@ from devctl.probe.collective_ops import (
     make_input,
     output_is_right,
 )
-from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, dist_version
+from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name
 from devctl.probe.transfer_measure import host_available_bytes
 from devctl.units import format_bytes, format_seconds, format_size_short
 
-# A cell of tiny calls has said all it can long before its budget: no more samples than this.
-MAX_SAMPLES = 200
 # Outputs a burst may have in flight at once (calls of a burst whose outputs are not chained each allocate one).
 BURST_MEMORY_BYTES = 1 << 30
-HEARTBEAT_S = 2.0
+# Calls of a burst on CPU devices. XLA's CPU client can hang with many collectives in flight: 33 and 64 chained
+# 1 MiB all-reduces over 4 forced devices waited in its rendezvous forever (jaxlib 0.10.2, 2 cores), 32 did not.
+CPU_MAX_BURST = 8
 # Device memory a cell may take: its input and output, and XLA's scratch, against what is free.
 MEMORY_FACTOR = 1.5
 # Host memory forced CPU devices may take together, of what is available: the machine keeps working.
@@ -283,82 +281,41 @@ class Bench:
         return None
 
     def _time(self, compiled, x, *, burst: bool, out_bytes: int, chain: bool) -> dict:
-        """Warm-ups, then samples agreed by every process: --repeats at least, more while the --budget lasts (from
-        the last warm-up's time), at most MAX_SAMPLES; the cell's Timing fields.
+        """The cell's Timing fields, from the engine every bench uses (devctl.probe.bench.time_interleaved), every
+        choice it makes from a timing agreed by every process: --warmups (one at least for a burst), then samples
+        until --repeats and the --budget are met.
 
         A latency cell (`burst` false) times one call and its block_until_ready per sample: there the launch and
-        the sync are the figure. A bandwidth cell times a burst of K calls between two synchronisations (K from the
-        warm-up's time, so that a burst lasts BURST_MIN_S, and from BURST_MEMORY_BYTES of outputs in flight; the
-        same K on every process), and one call alone before each of the first SINGLE_FIRST bursts, for the
-        per-call overhead. Where the output has the input's shape (`chain`: all-reduce, all-to-all, ppermute) each
-        call takes the one before's output, so the calls of a burst run one after another."""
-        opts = self.opts
-        warm_s = None
-        for _ in range(max(opts.warmups, 1 if burst else 0)):
-            t0 = time.perf_counter()
-            compiled(x).block_until_ready()
-            warm_s = time.perf_counter() - t0
-        calls = 1
-        if burst and warm_s:
-            by_memory = max(MIN_CALLS, BURST_MEMORY_BYTES // max(out_bytes, 1))
-            calls = max(MIN_CALLS, min(MAX_CALLS, by_memory, math.ceil(BURST_MIN_S / warm_s)))
-        calls = int(self.agreement.agree(calls))
-        count = opts.repeats
-        if warm_s:
-            count = max(opts.repeats, min(MAX_SAMPLES, int(opts.budget_s / (warm_s * calls))))
-        count = int(self.agreement.agree(count))
-        emit("tick", samples=0)
-        samples: list[float] = []
-        singles: list[float] = []
-        last_beat = time.perf_counter()
-        gc.disable()  # a collection inside a timed call would be charged to the collective
-        try:
-            for i in range(count):
-                if calls > 1 and i < SINGLE_FIRST:
-                    t0 = time.perf_counter_ns()
-                    compiled(x).block_until_ready()
-                    singles.append((time.perf_counter_ns() - t0) / 1e9)
-                t0 = time.perf_counter_ns()
-                out = x
-                for _ in range(calls):
-                    out = compiled(out if chain else x)
-                out.block_until_ready()
-                t1 = time.perf_counter_ns()
-                del out
-                samples.append((t1 - t0) / 1e9 / calls)
-                now = time.perf_counter()
-                if now - last_beat >= HEARTBEAT_S:
-                    emit("tick", samples=len(samples))
-                    last_beat = now
-        finally:
-            gc.enable()
-        if calls == 1:
-            return single_timing(samples)
-        per_call = sample_stats(samples)
-        single = sample_stats(singles)["median_s"]
-        extra = sample_stats([a - b for a, b in zip(singles, samples)])["median_s"]
-        return {
-            "method": "burst", "samples": len(samples), "calls_per_sample": calls, **per_call,
-            "single_call_s": single, "call_overhead_s": max(0.0, extra) if extra is not None else None,
-        }  # fmt: skip
+        the sync are the figure. A bandwidth cell times bursts of K calls between two synchronisations (at most
+        BURST_MEMORY_BYTES of outputs in flight, CPU_MAX_BURST calls on CPU), and calls alone beside the first, for
+        the per-call overhead.
+        Where the output has the input's shape (`chain`: all-reduce, all-to-all, ppermute) each call of a burst
+        takes the one before's output, so they run one after another."""
+        last = [x]
+
+        def chained():
+            last[0] = compiled(last[0])
+            return last[0]
+
+        budget = ChipOptions(repeats=self.opts.repeats, min_time_s=self.opts.budget_s, warmups=max(self.opts.warmups, int(burst)))
+        limit = max(MIN_CALLS, BURST_MEMORY_BYTES // max(out_bytes, 1)) if burst else 0
+        if self.devices[0].platform == "cpu":
+            limit = min(limit, CPU_MAX_BURST)
+        timing = time_interleaved(
+            {"cell": chained if chain else lambda: compiled(x)}, budget, timed_alone={"cell": partial(single_call, lambda: compiled(x))},
+            limits={"cell": limit}, agree=self.agreement.agree,
+        )["cell"]  # fmt: skip
+        return timing.stats()
 
     def _figure(self, cell: m.CollectiveCell) -> dict:
         return {k: getattr(cell, k) for k in ("collective", "axis", "size_bytes", "dtype", "median_s", "busbw_gbps")}
 
     def _environment(self) -> dict:
-        jax = self.jax
-        first = self.devices[0]
         _, where = import_shard_map()
         return {
-            "python": platform.python_version(),
-            "jax": jax.__version__,
-            "jaxlib": dist_version("jaxlib"),
-            "backend": getattr(getattr(first, "client", None), "platform", None) or first.platform,
-            "hostname": platform.node(),
-            "cpu_count": os.cpu_count(),
-            "xla_flags": os.environ.get("XLA_FLAGS"),
+            **host_environment(self.jax, self.np, self.jax.local_devices()),
             "shard_map": where,
-            "device_kind": first.device_kind,
+            "device_kind": self.devices[0].device_kind,
             "process_count": self.processes,
             "process_index": self.agreement.me,
             "repeats": self.opts.repeats,
