@@ -38,8 +38,23 @@ class BenchDevice:
     bytes_limit: int | None = field(default=None, metadata=json_schema(minimum=0))  # memory_stats()'s, where the backend has one
 
 
+class Request:
+    """A bench's options as the CLI hands them to its probe child (JSON), which reads them back with from_request."""
+
+    def to_request(self) -> dict[str, Any]:
+        request: dict[str, Any] = to_jsonable(self)  # a DeviceRef travels as {"id": 1, "platform": "cpu"}
+        return request
+
+    @classmethod
+    def from_request(cls: type[_R], data: dict[str, Any]) -> _R:
+        return from_dict(cls, data)
+
+
+_R = TypeVar("_R", bound=Request)
+
+
 @dataclass(frozen=True)
-class ChipOptions:
+class ChipOptions(Request):
     """What every per-device benchmark is asked: which devices, and how long to time each cell."""
 
     devices: tuple[DeviceRef, ...] | None = None  # None or (): every local device (the point is to compare them)
@@ -48,20 +63,12 @@ class ChipOptions:
     warmups: int = DEFAULT_WARMUPS
     quick: bool = False
 
-    def to_request(self) -> dict[str, Any]:
-        """The request the CLI hands the probe child (JSON), which reads it back with from_request."""
-        request: dict[str, Any] = to_jsonable(self)
-        return request
 
-    @classmethod
-    def from_request(cls: type[_O], data: dict[str, Any]) -> _O:
-        return from_dict(cls, data)
+class _WholeRun(TypedDict, total=False):
+    elapsed_s: Annotated[float, json_schema(minimum=0)]  # wall time of the whole run, as the CLI saw it
 
 
-_O = TypeVar("_O", bound=ChipOptions)
-
-
-class HostEnvironment(TypedDict):
+class HostEnvironment(_WholeRun):
     """What every bench's run was on (the probe child's devctl.probe.bench.host_environment), and devctl's additions."""
 
     python: str
@@ -79,19 +86,20 @@ class HostEnvironment(TypedDict):
     child_elapsed_s: Annotated[float | None, json_schema(minimum=0)]  # the probe child's own wall time
 
 
-class _ChipEnvironmentRequired(HostEnvironment):
+class RunEnvironment(HostEnvironment):
+    """What every bench's run was: versions, machine, settings (the probe child's plan, with devctl's additions)."""
+
     repeats: Annotated[int, json_schema(minimum=1)]
-    min_time_s: Annotated[float, json_schema(minimum=0)]
     warmups: Annotated[int, json_schema(minimum=0)]
     quick: bool
-    burst_min_s: Annotated[float, json_schema(minimum=0)]  # how long a sample's burst of calls is calibrated to last
     sweep_note: str | None  # sizes left out of the default sweep, and why
 
 
-class ChipEnvironment(_ChipEnvironmentRequired, total=False):
-    """What the run was: versions, machine, settings (the probe child's plan, with devctl's additions)."""
+class ChipEnvironment(RunEnvironment):
+    """What a bench memory or bench matmul run was: versions, machine, settings."""
 
-    elapsed_s: Annotated[float, json_schema(minimum=0)]  # wall time of the whole run, as the CLI saw it
+    min_time_s: Annotated[float, json_schema(minimum=0)]
+    burst_min_s: Annotated[float, json_schema(minimum=0)]  # how long a sample's burst of calls is calibrated to last
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, ClassVar, Literal, get_args
 
-from devctl.model import from_dict, json_schema
-from devctl.model.bench import BenchDevice, HostEnvironment
+from devctl.model import json_schema
+from devctl.model.bench import BenchDevice, Request, RunEnvironment
 from devctl.model.gate import Baseline, Figure, Gate, GateSpec
 from devctl.model.timing import Timing
 from devctl.units import format_size_short
@@ -86,7 +86,7 @@ def bandwidths(collective: str, size: int, n: int, median_s: float | None) -> tu
 
 
 @dataclass(frozen=True)
-class CollectiveOptions:
+class CollectiveOptions(Request):
     """A validated request; the CLI builds it, the probe child reads it back from JSON."""
 
     collectives: tuple[str, ...] = COLLECTIVES
@@ -100,16 +100,6 @@ class CollectiveOptions:
     quick: bool = False
     # Set by the CLI with --distributed: {"coordinator", "num_processes", "process_id", "timeout_s"}.
     cluster: dict[str, Any] | None = None
-
-    def to_request(self) -> dict[str, Any]:
-        from devctl.model import to_jsonable
-
-        request: dict[str, Any] = to_jsonable(self)
-        return request
-
-    @classmethod
-    def from_request(cls, data: dict[str, Any]) -> CollectiveOptions:
-        return from_dict(cls, data)
 
     @property
     def cell_cap_s(self) -> float:
@@ -187,23 +177,15 @@ class HostFigure:
     busbw_gbps: float | None = field(metadata=json_schema(minimum=0))
 
 
-class _CollectiveEnvironmentRequired(HostEnvironment):
+class CollectiveEnvironment(RunEnvironment):
+    """What a bench collective run was: versions, machine, settings."""
+
     shard_map: str  # where shard_map was imported from (jax.shard_map, or jax.experimental.shard_map on older jax)
     device_kind: str | None
     process_count: Annotated[int, json_schema(minimum=1)]  # JAX processes in the mesh (1 without --distributed)
     process_index: Annotated[int, json_schema(minimum=0)]  # this process's index (0 without --distributed): whose timings the cells are
-    repeats: Annotated[int, json_schema(minimum=1)]
-    warmups: Annotated[int, json_schema(minimum=0)]
     budget_s: Annotated[float, json_schema(minimum=0)]
-    quick: bool
-    sweep_note: str | None  # sizes left out of the default sweep, and why
     roof_note: str | None  # why busbw has no roof to compare with
-
-
-class CollectiveEnvironment(_CollectiveEnvironmentRequired, total=False):
-    """What the run was: versions, machine, settings (the probe child's plan, with devctl's additions)."""
-
-    elapsed_s: Annotated[float, json_schema(minimum=0)]  # wall time of the whole run, as the CLI saw it
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, ClassVar, Hashable, Iterable, Literal, cast, get_args
 
-from devctl.model import from_dict, json_schema
-from devctl.model.bench import BenchDevice, HostEnvironment
+from devctl.model import json_schema
+from devctl.model.bench import BenchDevice, Request, RunEnvironment
 from devctl.model.devices import DeviceRef
 from devctl.model.gate import Baseline, Figure, Gate, GateSpec
 from devctl.model.timing import Timing
@@ -85,7 +85,7 @@ def pinned_is_a_path(platform: str, memory_kinds: Iterable[str]) -> bool:
 
 
 @dataclass(frozen=True)
-class TransferOptions:
+class TransferOptions(Request):
     """A validated request; the CLI builds it, the probe child reads it back from JSON."""
 
     directions: tuple[str, ...] = DIRECTIONS
@@ -118,16 +118,6 @@ class TransferOptions:
             return (main_variant(direction), *(("pinned",) if pinned else ()))
         # A direction that offers none of the named variants still gets its plain call measured.
         return tuple(v for v in VARIANTS[direction] if v in self.variants) or (main_variant(direction),)
-
-    def to_request(self) -> dict[str, Any]:
-        from devctl.model import to_jsonable
-
-        request: dict[str, Any] = to_jsonable(self)  # a DeviceRef travels as {"id": 1, "platform": "cpu"}
-        return request
-
-    @classmethod
-    def from_request(cls, data: dict[str, Any]) -> TransferOptions:
-        return from_dict(cls, data)
 
 
 @dataclass(frozen=True)
@@ -236,22 +226,14 @@ class Roofs:
     pcie_reason: str | None = None  # why there is no PCIe roof (no GPU, no NVML)
 
 
-class _BenchEnvironmentRequired(HostEnvironment):
+class BenchEnvironment(RunEnvironment):
+    """What a bench transfer run was: versions, machine, settings."""
+
     sizes_bytes: list[Annotated[int, json_schema(minimum=1)]]  # the sizes measured
-    sweep_note: str | None  # sizes left out of the default sweep, and why
     pairs_note: str | None  # device pairs left out, and why
-    repeats: Annotated[int, json_schema(minimum=1)]
     min_time_s: Annotated[float, json_schema(minimum=0)]
-    warmups: Annotated[int, json_schema(minimum=0)]
     verify: bool
-    quick: bool
     dtype: str  # of the arrays moved
-
-
-class BenchEnvironment(_BenchEnvironmentRequired, total=False):
-    """What the run was: versions, machine, settings (the probe child's plan, with devctl's additions)."""
-
-    elapsed_s: Annotated[float, json_schema(minimum=0)]  # wall time of the whole run, as the CLI saw it
 
 
 @dataclass(frozen=True)
