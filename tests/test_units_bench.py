@@ -678,8 +678,8 @@ def test_every_device_is_a_target_with_an_empty_device_list():
 
 
 def test_an_unknown_device_is_a_usage_problem_naming_the_devices_there():
+    from devctl.probe.bench import UsageProblem
     from devctl.probe.transfer import Bench
-    from devctl.probe.transfer_plan import UsageProblem
 
     bench = Bench(TransferOptions(devices=(ref(7),)), SimpleNamespace(local_devices=lambda: [gpu(0), gpu(1)]), np=None)
     with pytest.raises(UsageProblem) as e:

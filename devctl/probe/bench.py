@@ -55,7 +55,7 @@ SINGLE_SAMPLES, SINGLE_FIRST, SINGLE_SHARE = 50, 3, 0.25
 
 
 class UsageProblem(Exception):
-    """Bad input the parent could not check (device ids): reported as an `error` event of kind usage."""
+    """Bad input only the child can see (a device id, the device count): an `error` event of kind usage, exit 2."""
 
 
 def import_jax() -> tuple[Any, Any] | None:
@@ -86,20 +86,21 @@ def local_devices(jax) -> list | None:
         return None
 
 
+def find_device(local: list, ref: Any, flag: str) -> Any:
+    """The local device a DeviceRef names; a platform other than the device's is as unknown as a missing id."""
+    for d in local:
+        if ref.names(d.id, d.platform, device_name(d).split(":")[0]):
+            return d
+    ids = ", ".join(str(d.id) for d in local)
+    what = f"id {ref}" if ref.platform is None else str(ref)
+    raise UsageProblem(f"unknown device {what} for {flag}; this host's {device_name(local[0]).split(':')[0]} devices are {ids}")
+
+
 def resolve_devices(opts: ChipOptions, local: list) -> list:
     """The local devices --device names (every one when not given: the point is to compare them)."""
     if not opts.devices:
         return list(local)
-    chosen = []
-    for ref in opts.devices:
-        found = [d for d in local if ref.names(d.id, d.platform, device_name(d).split(":")[0])]
-        if not found:
-            ids = ", ".join(str(d.id) for d in local)
-            kind = device_name(local[0]).split(":")[0]
-            what = f"id {ref}" if ref.platform is None else str(ref)
-            raise UsageProblem(f"unknown device {what} for --device; this host's {kind} devices are {ids}")
-        chosen.append(found[0])
-    return list({d.id: d for d in chosen}.values())
+    return list(dict.fromkeys(find_device(local, ref, "--device") for ref in opts.devices))
 
 
 def start(opts: ChipOptions) -> tuple[Any, Any, list, list] | int:

@@ -26,7 +26,7 @@ from functools import partial
 from devctl.model import bench_collective as m
 from devctl.model import to_jsonable
 from devctl.model.bench import ChipOptions
-from devctl.probe.bench import MIN_CALLS, begin, failure_note, host_environment, single_call, time_interleaved
+from devctl.probe.bench import MIN_CALLS, UsageProblem, begin, failure_note, host_environment, single_call, time_interleaved
 from devctl.probe.channel import emit, exit_child
 from devctl.probe.collective_cluster import Agreement, join_cluster, leave
 from devctl.probe.collective_ops import (
@@ -52,10 +52,6 @@ CPU_MAX_BURST = 8
 MEMORY_FACTOR = 1.5
 # Host memory forced CPU devices may take together, of what is available: the machine keeps working.
 HOST_SHARE = 0.5
-
-
-class UsageProblem(Exception):
-    """Bad input only the child can see (the device count): an `error` event of kind usage, exit 2."""
 
 
 def main() -> int:

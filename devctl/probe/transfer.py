@@ -30,12 +30,12 @@ from dataclasses import replace
 
 from devctl.model import bench_transfer as m
 from devctl.model import to_jsonable
-from devctl.probe.bench import MIN_CALLS, begin, failure_note, host_environment, time_interleaved
+from devctl.probe.bench import MIN_CALLS, UsageProblem, begin, failure_note, host_environment, time_interleaved
 from devctl.probe.channel import emit, exit_child
 from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, memory_kinds
 from devctl.probe.transfer_links import LINK_SAMPLE_MIN_BYTES, read_nvml_links, sample_link
 from devctl.probe.transfer_measure import HostBuffers, host_available_bytes, moved_bytes, ranges
-from devctl.probe.transfer_plan import DEVICE_COPIES, Plan, Spec, UsageProblem, devices_involved, zero_copy_note
+from devctl.probe.transfer_plan import DEVICE_COPIES, Plan, Spec, devices_involved, zero_copy_note
 from devctl.probe.transfer_recipes import Recipes, Transfer
 from devctl.units import format_bytes
 

@@ -4,15 +4,13 @@ jax.local_devices(), and the cells (direction x variant x layout x size x device
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from devctl.model import bench_transfer as m
+from devctl.probe.bench import find_device
 from devctl.probe.transfer_devices import device_free_bytes, device_name, memory_kinds
 from devctl.units import format_bytes, format_size_short
-
-
-class UsageProblem(Exception):
-    """Bad input the parent could not check (device ids): reported as an `error` event."""
 
 
 @dataclass(frozen=True)
@@ -66,16 +64,7 @@ class Plan:
         self.pcie_reason: str | None = None
 
     def resolve(self) -> None:
-        def dev(ref, flag: str):
-            """The local device a DeviceRef names; a platform other than the device's is as unknown as a missing id."""
-            for d in self.local:
-                if ref.names(d.id, d.platform, device_name(d).split(":")[0]):
-                    return d
-            ids = ", ".join(str(d.id) for d in self.local)
-            kind = device_name(self.local[0]).split(":")[0]
-            what = f"id {ref}" if ref.platform is None else str(ref)
-            raise UsageProblem(f"unknown device {what} for {flag}; this host's {kind} devices are {ids}")
-
+        dev = partial(find_device, self.local)
         if self.opts.devices is None:
             self.targets = [self.local[0]]
         elif self.opts.devices == ():

@@ -188,6 +188,34 @@ def csv_table(header: list[str], cells: Iterable[Any], **computed: Callable[[Any
     return header, rows
 
 
+def pair_matrix(title: str, srcs: list[str], dsts: list[str], cell: Callable[[str, str], str]) -> list[list]:
+    """A source (rows) x destination (columns) matrix, `cell(src, dst)` its text: one table where it fits, else
+    blocks of even numbers of destination columns one under another (as a wide table is printed in pages), each
+    with every source row; boxed only where every block fits in a box."""
+    from devctl.render.console import Column, fit_columns, out, stdout_is_terminal, table_lines
+
+    width = out().width
+
+    def blocks(n: int) -> list[tuple[list, list[list[str]]]]:
+        return [
+            ([Column("")] + [Column(d, "right") for d in dsts[i : i + n]], [[s, *[cell(s, d) for d in dsts[i : i + n]]] for s in srcs])
+            for i in range(0, len(dsts), n)
+        ]
+
+    def fits(n: int, boxed: bool) -> bool:
+        return all(p == "table" for b in blocks(n) for p in fit_columns(*b, width, boxed=boxed).placement)
+
+    count = 1
+    while count < len(dsts) and not fits(-(-len(dsts) // count), boxed=False):
+        count += 1
+    per = -(-len(dsts) // count)
+    boxed = stdout_is_terminal() and fits(per, boxed=True)
+    return [
+        table_lines(columns, rows, title=title + ("" if count == 1 else f", {columns[1].header} to {columns[-1].header}"), boxed=boxed)
+        for columns, rows in blocks(per)
+    ]
+
+
 def print_view(table: list, sections: Iterable[list], prose: Iterable[str]) -> None:
     """A bench's text view: its table, each non-empty section (pair matrices, a chart) after a blank line, then its
     prose lines, wrapped to the terminal with a hanging indent."""

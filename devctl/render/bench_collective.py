@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.bench_collective import CollectiveCell, CollectiveReport
-from devctl.render.bench import boxed_table, csv_table, pct, print_view, size_chart, spread
+from devctl.render.bench import boxed_table, csv_table, pair_matrix, pct, print_view, size_chart, spread
 from devctl.units import figure, format_seconds, format_size_short
 
 
@@ -62,18 +62,13 @@ def _pair_groups(cells) -> dict:
 
 
 def _pair_matrices(cells) -> list[list]:
-    from devctl.render.console import Column
-
-    out = []
+    tables = []
     for (axis, size, dtype), group in _pair_groups(cells).items():
-        names = list(dict.fromkeys([c.src for c in group] + [c.dst for c in group]))
         by_pair = {(c.src, c.dst): c for c in group}
-        # On a narrow terminal a destination is headed by its id alone; the rows still name each device.
-        columns = [Column("")] + [Column(str(d), "right", short=str(d).partition(":")[2] or None) for d in names]
-        rows = [[s, *[(_busbw(by_pair[(s, d)]) if (s, d) in by_pair else "") for d in names]] for s in names]
+        names = list(dict.fromkeys([c.src for c in group] + [c.dst for c in group]))
         title = f"ppermute GB/s on axis {axis} at {format_size_short(size)} {dtype}, source (rows) → destination (columns)"
-        out.append(boxed_table(columns, rows, title))
-    return out
+        tables += pair_matrix(title, names, names, lambda s, d: _busbw(by_pair[(s, d)]) if (s, d) in by_pair else "")
+    return tables
 
 
 def chart_lines(cells, width: int | None = None) -> list[str]:

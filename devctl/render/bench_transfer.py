@@ -10,7 +10,7 @@ whole, one row per line.
 from __future__ import annotations
 
 from devctl.model.bench_transfer import LATENCY_MAX_BYTES, Cell, Fastest, Roofs, TransferReport, above_roof
-from devctl.render.bench import boxed_table, csv_table, overhead_line, print_view, size_chart, spread
+from devctl.render.bench import boxed_table, csv_table, overhead_line, pair_matrix, print_view, size_chart, spread
 from devctl.units import figure, format_seconds, format_size_short
 
 
@@ -101,38 +101,13 @@ def table_cells(cells) -> list[Cell]:
 
 
 def _pair_matrices(cells) -> list[list]:
-    from devctl.render.console import Column, fit_columns, out, stdout_is_terminal, table_lines
-
-    width = out().width
     tables = []
     for (direction, variant, _layout, size), group in _matrix_groups(cells).items():
+        by_pair = {(c.src, c.dst): c for c in group}
         srcs = sorted({c.src for c in group}, key=_device_order)
         dsts = sorted({c.dst for c in group}, key=_device_order)
-        by_pair = {(c.src, c.dst): c for c in group}
-
-        def blocks(n: int) -> list[tuple[list, list[list[str]]]]:
-            """The matrix as blocks of n destination columns, each block with every source row."""
-            out = []
-            for i in range(0, len(dsts), n):
-                ds = dsts[i : i + n]
-                rows = [[s, *[_fmt_gbps(by_pair[(s, d)]) if (s, d) in by_pair else "" for d in ds]] for s in srcs]
-                out.append(([Column("")] + [Column(d, "right") for d in ds], rows))
-            return out
-
-        def fits(n: int, boxed: bool) -> bool:
-            return all(p == "table" for b in blocks(n) for p in fit_columns(*b, width, boxed=boxed).placement)
-
-        # More devices than fit on a line: one block of destinations under another (as a wide table is
-        # printed in pages), of even sizes; boxed only if every block fits in a box.
-        count = 1
-        while count < len(dsts) and not fits(-(-len(dsts) // count), boxed=False):
-            count += 1
-        per = -(-len(dsts) // count)
-        boxed = stdout_is_terminal() and fits(per, boxed=True)
         title = f"{direction} {variant} GB/s at {format_size_short(size)}, source (rows) → destination (columns)"
-        for columns, rows in blocks(per):
-            part = "" if count == 1 else f", {columns[1].header} to {columns[-1].header}"
-            tables.append(table_lines(columns, rows, title=title + part, boxed=boxed))
+        tables += pair_matrix(title, srcs, dsts, lambda s, d: _fmt_gbps(by_pair[(s, d)]) if (s, d) in by_pair else "")
     return tables
 
 
