@@ -54,36 +54,49 @@ MIN_CALLS, MAX_CALLS = 2, 1000
 SINGLE_SAMPLES, SINGLE_FIRST, SINGLE_SHARE = 50, 3, 0.25
 
 
-class UsageProblem(Exception):
-    """Bad input only the child can see (a device id, the device count): an `error` event of kind usage, exit 2."""
+class ChildProblem(Exception):
+    """Why a bench child cannot go on, as its `error` event says it (`kind`) and its exit code."""
+
+    kind, code = "backend", 1
 
 
-def import_jax() -> tuple[Any, Any] | None:
-    """jax and numpy, or None after an error event (a broken install is worth a line, not a traceback)."""
+class UsageProblem(ChildProblem):
+    """Bad input only the child can see (a device id, the device count): exit 0, the parent exits 2."""
+
+    kind, code = "usage", 0
+
+
+def run_child(options: Any, body: Callable[[Any, Any, Any], dict]) -> int:
+    """A bench child: its request read as `options` (the options dataclass), jax and numpy imported, then
+    `body(opts, jax, np)`, whose fields join the `done` event; a ChildProblem is one `error` event and its exit code
+    (a broken install or a backend that cannot start is worth a line, not a traceback)."""
+    opts = options.from_request(read_request())
+    started = time.monotonic()
     try:
         import jax
         import numpy as np
     except Exception as e:
         emit("error", kind="import", message=f"cannot import jax: {type(e).__name__}: {e}")
-        return None
-    return jax, np
+        return 1
+    try:
+        done = body(opts, jax, np)
+    except ChildProblem as e:
+        emit("error", kind=e.kind, message=str(e))
+        return e.code
+    emit("done", **done, elapsed_s=round(time.monotonic() - started, 3))
+    return 0
 
 
-def begin(options: Any) -> tuple[Any, float, Any, Any] | None:
-    """A bench child's start: its request read as `options` (the options dataclass), when it started, jax and numpy;
-    None after an error event when jax cannot be imported."""
-    opts = options.from_request(read_request())
-    started = time.monotonic()
-    imported = import_jax()
-    return None if imported is None else (opts, started, *imported)
-
-
-def local_devices(jax) -> list | None:
+def local_devices(jax) -> list:
     try:
         return list(jax.local_devices())
     except Exception as e:  # no backend could start: the parent reports it in one line
-        emit("error", kind="backend", message=f"JAX found no usable device: {type(e).__name__}: {e}")
-        return None
+        raise ChildProblem(f"JAX found no usable device: {type(e).__name__}: {first_line(e)}") from e
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def find_device(local: list, ref: Any, flag: str) -> Any:
@@ -101,24 +114,6 @@ def resolve_devices(opts: ChipOptions, local: list) -> list:
     if not opts.devices:
         return list(local)
     return list(dict.fromkeys(find_device(local, ref, "--device") for ref in opts.devices))
-
-
-def start(opts: ChipOptions) -> tuple[Any, Any, list, list] | int:
-    """jax, numpy, the local devices and those --device names; or, when the child cannot go on, its exit code
-    (the reason already emitted: a failed import or backend, or a device this host lacks)."""
-    imported = import_jax()
-    if imported is None:
-        return 1
-    jax, np = imported
-    local = local_devices(jax)
-    if local is None:
-        return 1
-    try:
-        devices = resolve_devices(opts, local)
-    except UsageProblem as e:
-        emit("error", kind="usage", message=str(e))
-        return 0
-    return jax, np, local, devices
 
 
 def prepare_and_time(devices: list, need_bytes: int, what: str, make: Callable[[Any], Any], opts: ChipOptions) -> tuple[dict, dict, dict]:
@@ -396,33 +391,30 @@ class Recipe:
     unit_word: str  # "bandwidth", "TFLOP/s": what is not reported when the last check could not run
 
 
-def run_recipe(opts: Any, recipe: Recipe, plan: Callable[[Any, Any, str], tuple[list[Group], str | None, dict]]) -> int:
-    """A per-device probe child: start, plan the groups (`plan(platform)`: the groups, the sweep note and the plan
-    event's extra fields; `plan(jax, np, platform)`), then each group measured and its cells emitted."""
-    import time as _time
-
+def run_recipe(options: type, recipe: Recipe, plan: Callable[[Any, Any, Any, str], tuple[list[Group], str | None, dict]]) -> int:
+    """A per-device probe child: the devices --device names, the groups planned (`plan(opts, jax, np, platform)`:
+    the groups, the sweep note and the plan event's extra fields), then each group measured and its cells emitted."""
     from devctl.model import to_jsonable
     from devctl.probe.transfer_devices import device_info
 
-    started = _time.monotonic()
-    began = start(opts)
-    if isinstance(began, int):
-        return began
-    jax, np, local, devices = began
-    groups, note, extra = plan(jax, np, devices[0].platform)
-    emit(
-        "plan",
-        devices=[to_jsonable(device_info(d)) for d in devices],
-        environment=environment(jax, np, local, opts, note),
-        cells=len(devices) * len(groups),
-        **extra,
-    )
-    for group in groups:
-        for c in measure_group(devices, group, recipe, opts):
-            emit("cell", **to_jsonable(c))
-        gc.collect()  # free this group's buffers before the next one allocates
-    emit("done", elapsed_s=round(_time.monotonic() - started, 3))
-    return 0
+    def body(opts: Any, jax: Any, np: Any) -> dict:
+        local = local_devices(jax)
+        devices = resolve_devices(opts, local)
+        groups, note, extra = plan(opts, jax, np, devices[0].platform)
+        emit(
+            "plan",
+            devices=[to_jsonable(device_info(d)) for d in devices],
+            environment=environment(jax, np, local, opts, note),
+            cells=len(devices) * len(groups),
+            **extra,
+        )
+        for group in groups:
+            for c in measure_group(devices, group, recipe, opts):
+                emit("cell", **to_jsonable(c))
+            gc.collect()  # free this group's buffers before the next one allocates
+        return {}
+
+    return run_child(options, body)
 
 
 def measure_group(devices: list, group: Group, recipe: Recipe, opts: ChipOptions) -> list:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from devctl.model import bench_matmul as m
 from devctl.model.peaks import peak_for
 from devctl.probe.bench import MIN_CALLS, Group, Recipe, run_recipe
-from devctl.probe.channel import exit_child, read_request
+from devctl.probe.channel import exit_child
 
 # Rows and columns of C checked: enough to catch a wrong kernel, few enough to cost nothing next to the timing.
 CHECK_ROWS, CHECK_COLS = 4, 64
@@ -43,8 +43,7 @@ RECIPE = Recipe(
 
 
 def main() -> int:
-    opts = m.MatmulOptions.from_request(read_request())
-    return run_recipe(opts, RECIPE, lambda jax, np, platform: plan(opts, jax, np, platform))
+    return run_recipe(m.MatmulOptions, RECIPE, plan)
 
 
 def plan(opts: m.MatmulOptions, jax, np, platform: str) -> tuple[list[Group], str | None, dict]:

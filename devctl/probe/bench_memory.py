@@ -22,7 +22,7 @@ from __future__ import annotations
 from devctl.model import bench_memory as m
 from devctl.model.peaks import peak_for
 from devctl.probe.bench import MIN_CALLS, Group, Recipe, run_recipe
-from devctl.probe.channel import exit_child, read_request
+from devctl.probe.channel import exit_child
 from devctl.units import format_size_short
 
 RECIPE = Recipe(
@@ -36,8 +36,7 @@ RECIPE = Recipe(
 
 
 def main() -> int:
-    opts = m.MemoryOptions.from_request(read_request())
-    return run_recipe(opts, RECIPE, lambda jax, np, platform: plan(opts, jax, platform))
+    return run_recipe(m.MemoryOptions, RECIPE, lambda opts, jax, np, platform: plan(opts, jax, platform))
 
 
 def plan(opts: m.MemoryOptions, jax, platform: str) -> tuple[list[Group], str | None, dict]:

@@ -26,7 +26,17 @@ from functools import partial
 from devctl.model import bench_collective as m
 from devctl.model import to_jsonable
 from devctl.model.bench import ChipOptions
-from devctl.probe.bench import MIN_CALLS, UsageProblem, begin, failure_note, host_environment, single_call, time_interleaved
+from devctl.probe.bench import (
+    MIN_CALLS,
+    ChildProblem,
+    UsageProblem,
+    failure_note,
+    first_line,
+    host_environment,
+    run_child,
+    single_call,
+    time_interleaved,
+)
 from devctl.probe.channel import emit, exit_child
 from devctl.probe.collective_cluster import Agreement, join_cluster, leave
 from devctl.probe.collective_ops import (
@@ -55,31 +65,31 @@ HOST_SHARE = 0.5
 
 
 def main() -> int:
-    began = begin(m.CollectiveOptions)
-    if began is None:
-        return 1
-    opts, started, jax, np = began
+    return run_child(m.CollectiveOptions, measure)
+
+
+def measure(opts: m.CollectiveOptions, jax, np) -> dict:
     agreement = Agreement()
     if opts.cluster is not None:
         try:
             agreement = join_cluster(jax, opts.cluster)
         except Exception as e:
-            emit("error", kind="join", message=f"distributed: could not join the cluster: {type(e).__name__}: {_first_line(e)}")
-            return 1
+            raise JoinProblem(f"distributed: could not join the cluster: {type(e).__name__}: {first_line(e)}") from e
     try:
         bench = Bench(opts, jax, np, agreement)
         bench.resolve()
-    except UsageProblem as e:
-        emit("error", kind="usage", message=str(e))
-        leave(jax, agreement)
-        return 0
+    except UsageProblem:
+        leave(jax, agreement)  # every process sees the same mesh: they all leave here
+        raise
     except Exception as e:  # no backend could start: one line
-        emit("error", kind="backend", message=f"JAX found no usable device: {type(e).__name__}: {_first_line(e)}")
-        return 1
+        raise ChildProblem(f"JAX found no usable device: {type(e).__name__}: {first_line(e)}") from e
     bench.run()
-    emit("done", sweep_note=bench.sweep_note(), elapsed_s=round(time.monotonic() - started, 3))
     leave(jax, agreement)
-    return 0
+    return {"sweep_note": bench.sweep_note()}
+
+
+class JoinProblem(ChildProblem):
+    kind = "join"
 
 
 @dataclass
@@ -327,11 +337,6 @@ def _np_dtype(np, name: str):
 
         return ml_dtypes.bfloat16
     return np.dtype(name)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from devctl.model import bench_transfer as m
 from devctl.model import to_jsonable
-from devctl.probe.bench import MIN_CALLS, UsageProblem, begin, failure_note, host_environment, time_interleaved
+from devctl.probe.bench import MIN_CALLS, failure_note, host_environment, run_child, time_interleaved
 from devctl.probe.channel import emit, exit_child
 from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, memory_kinds
 from devctl.probe.transfer_links import LINK_SAMPLE_MIN_BYTES, read_nvml_links, sample_link
@@ -46,28 +46,14 @@ ROOF_MIN_TIME_S = 0.05
 
 
 def main() -> int:
-    began = begin(m.TransferOptions)
-    if began is None:
-        return 1
-    opts, started, jax, np = began
-    try:
-        bench = Bench(opts, jax, np)
-    except Exception as e:  # no backend could start: the parent reports it in one line
-        emit("error", kind="backend", message=f"JAX found no usable device: {type(e).__name__}: {e}")
-        return 1
-    try:
-        bench.resolve()
-    except UsageProblem as e:
-        emit("error", kind="usage", message=str(e))
-        return 0
+    return run_child(m.TransferOptions, measure)
+
+
+def measure(opts: m.TransferOptions, jax, np) -> dict:
+    bench = Bench(opts, jax, np)
+    bench.resolve()
     bench.run()
-    emit(
-        "done",
-        pcie=[to_jsonable(link) for link in bench.links.values()],
-        pcie_reason=bench.pcie_reason,
-        elapsed_s=round(time.monotonic() - started, 3),
-    )
-    return 0
+    return {"pcie": [to_jsonable(link) for link in bench.links.values()], "pcie_reason": bench.pcie_reason}
 
 
 class Bench(Plan, Recipes):

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from devctl.model import bench_transfer as m
-from devctl.probe.bench import find_device
+from devctl.probe.bench import find_device, local_devices
 from devctl.probe.transfer_devices import device_free_bytes, device_name, memory_kinds
 from devctl.units import format_bytes, format_size_short
 
@@ -59,7 +59,7 @@ class Plan:
 
     def __init__(self, opts: m.TransferOptions, jax, np):
         self.opts, self.jax, self.np = opts, jax, np
-        self.local = list(jax.local_devices())
+        self.local = local_devices(jax)
         self.links: dict[int, m.PcieLink] = {}
         self.pcie_reason: str | None = None
 
