@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from devctl.model import to_jsonable
 from devctl.model.bench import BenchDevice
-from devctl.model.bench_collective import CollectiveCell, MeshAxis, bandwidths
+from devctl.model.bench_collective import LATENCY_MAX_BYTES, CollectiveCell, MeshAxis, bandwidths
 
 KIB, MIB = 1 << 10, 1 << 20
 H100 = "NVIDIA H100 80GB HBM3"
@@ -17,8 +17,12 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 def _cell(collective, axis, n, size, median_s, samples=20, **kw) -> CollectiveCell:
     alg, bus = bandwidths("ppermute" if collective == "ppermute-pair" else collective, size, n, median_s)
+    # As the child times them: a latency cell call by call, a bandwidth cell in bursts, its launch + sync apart.
+    burst = size > LATENCY_MAX_BYTES
+    timing = {"method": "burst", "calls_per_sample": max(2, round(0.02 / median_s)), "single_call_s": median_s + 18e-6,
+              "call_overhead_s": 18e-6} if burst else {"method": "single", "calls_per_sample": 1}  # fmt: skip
     return CollectiveCell(
-        collective=collective, axis=axis, ranks=n, size_bytes=size, dtype=kw.pop("dtype", "float32"), samples=samples,
+        **timing, collective=collective, axis=axis, ranks=n, size_bytes=size, dtype=kw.pop("dtype", "float32"), samples=samples,
         min_s=median_s * 0.97, p10_s=median_s * 0.98, median_s=median_s, p90_s=median_s * 1.04, max_s=median_s * 1.2,
         mean_s=median_s * 1.01, cv=0.03, algbw_gbps=alg, busbw_gbps=bus, compile_s=0.12, **kw,
     )  # fmt: skip

@@ -13,6 +13,7 @@ import dataclasses
 from golden_collective import collective_cpu_quick, collective_gpu8
 
 from devctl.model.bench_transfer import (
+    LATENCY_MAX_BYTES,
     BenchDevice,
     Cell,
     MemcpyRoof,
@@ -319,8 +320,13 @@ SIZES = [4 * KIB * 4**i for i in range(9)] + [GIB]  # the default sweep with 1G,
 def _cell(direction, variant, size, src, dst, gbps, roof=None, roof_gbps=None, **kw) -> Cell:
     median = size / (gbps * 1e9)
     pct, suspect = roof_verdict(gbps, roof, roof_gbps)  # as the probe judges a cell against its roof
+    # As the probe times them: on a GPU a bandwidth cell whose source can be sent again in bursts, the call alone
+    # apart; a latency cell, a d2h through numpy and every CPU cell call by call.
+    burst = "cuda" in src + dst and size > LATENCY_MAX_BYTES and variant != "copy"
+    timing = {"method": "burst", "calls_per_sample": max(2, min(1000, round(0.02 / median))), "single_call_s": median + 4e-5,
+              "call_overhead_s": 4e-5} if burst else {"method": "single", "calls_per_sample": 1}  # fmt: skip
     return Cell(
-        direction=direction, variant=variant, layout="single", size_bytes=size, src=src, dst=dst, bytes_moved=size,
+        **timing, direction=direction, variant=variant, layout="single", size_bytes=size, src=src, dst=dst, bytes_moved=size,
         samples=max(3, min(1000, int(0.03 / median))), min_s=median * 0.97, p10_s=median * 0.98, median_s=median,
         p90_s=median * 1.06, max_s=median * 1.31, mean_s=median * 1.02, cv=0.04, gbps=gbps, peak_gbps=gbps / 0.97,
         per_device_gbps=gbps, verified=True, roof=roof, roof_gbps=roof_gbps, pct_of_roof=pct, suspect=suspect,

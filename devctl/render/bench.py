@@ -143,10 +143,10 @@ def comparison_lines(comp: Comparison, what: str) -> list[str]:
     return lines
 
 
-def overhead_line(cells: Iterable[Any], left_out_of: str = "the figures above") -> str | None:
-    """One line: how much longer one call timed alone took than a call in a burst (JAX's launch and the host's
-    sync), which the figures leave out and a step that waits for its result pays; the median over the cells, and
-    their range. None: nothing timed."""
+def overhead_line(cells: Iterable[Any], left_out_of: str = "the figures above", what: str = "launch + sync") -> str | None:
+    """One line: how much longer one call timed alone took than a call in a burst (`what`: JAX's launch and the
+    host's sync, where a burst's calls run one after another), which the figures leave out and a step that waits
+    for its result pays; the median over the cells, and their range. None: nothing timed."""
     import statistics
 
     values = sorted(c.call_overhead_s for c in cells if getattr(c, "call_overhead_s", None) is not None)
@@ -154,7 +154,7 @@ def overhead_line(cells: Iterable[Any], left_out_of: str = "the figures above") 
         return None
     low, high = f"{values[0] * 1e3:.2f}", f"{values[-1] * 1e3:.2f}"
     spread = f" (cells {low} – {high})" if low != high else ""
-    return f"Per call: launch + sync {statistics.median(values) * 1e3:.2f} ms{spread}, not in {left_out_of}"
+    return f"Per call: {what} {statistics.median(values) * 1e3:.2f} ms{spread}, not in {left_out_of}"
 
 
 def size_chart(title: str, series: dict[Any, list], name: Callable[[Any, list], str], value_of: Callable[[Any], float | None],

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from devctl.model import bench_collective as m
 from devctl.model.bench_collective import CollectiveCell, CollectiveReport
-from devctl.render.bench import boxed_table, csv_table, pair_matrix, pct, print_view, size_chart, spread
+from devctl.render.bench import boxed_table, csv_table, overhead_line, pair_matrix, pct, print_view, size_chart, spread
 from devctl.units import figure, format_seconds, format_size_short
 
 
@@ -110,6 +111,8 @@ def summary_lines(report: CollectiveReport) -> list[str]:
     if env.get("roof_note"):
         lines.append(f"Roof: {env['roof_note']}")
     lines += straggler_lines(report)
+    overhead = overhead_line(report.results, f"the figures above {format_size_short(m.LATENCY_MAX_BYTES)} (timed in bursts); the latency cells include it")
+    lines += [overhead] if overhead else []
     if env.get("sweep_note"):
         lines.append(f"Note: {env['sweep_note']}")
     lines.append(

@@ -139,7 +139,10 @@ def summary_lines(report: TransferReport) -> list[str]:
         if f.advice:
             lines.append(f"Advice: {f.advice}")
     lines += roof_lines(report)
-    overhead = overhead_line(report.results, f"the figures above {format_size_short(LATENCY_MAX_BYTES)} (timed in bursts); the latency cells include it")
+    overhead = overhead_line(
+        report.results, f"the figures above {format_size_short(LATENCY_MAX_BYTES)} (timed in bursts, where transfers "
+        "from one source may overlap); the latency cells include it", "waiting on each transfer alone adds",
+    )  # fmt: skip
     lines += [overhead] if overhead else []
     env = report.environment
     for key in ("sweep_note", "pairs_note"):
