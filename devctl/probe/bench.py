@@ -316,16 +316,10 @@ def time_interleaved(
     return timings
 
 
-def environment(jax, np, local: list, opts: ChipOptions, sweep_note: str | None) -> dict:
-    return {
-        **host_environment(jax, np, local),
-        "repeats": opts.repeats,
-        "min_time_s": opts.min_time_s,
-        "warmups": opts.warmups,
-        "quick": opts.quick,
-        "burst_min_s": BURST_MIN_S,
-        "sweep_note": sweep_note,
-    }
+def environment(jax, np, local: list, opts: Any, sweep_note: str | None, **extra: Any) -> dict:
+    """A plan event's environment (model.bench.RunEnvironment): the host's, the settings every bench has, `extra`."""
+    settings = {"repeats": opts.repeats, "warmups": opts.warmups, "quick": opts.quick, "sweep_note": sweep_note}
+    return {**host_environment(jax, np, local), **settings, **extra}
 
 
 def host_environment(jax, np, local: list) -> dict:
@@ -404,7 +398,7 @@ def run_recipe(options: type, recipe: Recipe, plan: Callable[[Any, Any, Any, str
         emit(
             "plan",
             devices=[to_jsonable(device_info(d)) for d in devices],
-            environment=environment(jax, np, local, opts, note),
+            environment=environment(jax, np, local, opts, note, min_time_s=opts.min_time_s, burst_min_s=BURST_MIN_S),
             cells=len(devices) * len(groups),
             **extra,
         )

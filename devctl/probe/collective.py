@@ -30,9 +30,9 @@ from devctl.probe.bench import (
     MIN_CALLS,
     ChildProblem,
     UsageProblem,
+    environment,
     failure_note,
     first_line,
-    host_environment,
     run_child,
     single_call,
     time_interleaved,
@@ -318,17 +318,10 @@ class Bench:
 
     def _environment(self) -> dict:
         _, where = import_shard_map()
-        return {
-            **host_environment(self.jax, self.np, self.jax.local_devices()),
-            "shard_map": where,
-            "device_kind": self.devices[0].device_kind,
-            "process_count": self.processes,
-            "process_index": self.agreement.me,
-            "repeats": self.opts.repeats,
-            "warmups": self.opts.warmups,
-            "budget_s": self.opts.budget_s,
-            "quick": self.opts.quick,
-        }
+        return environment(
+            self.jax, self.np, self.jax.local_devices(), self.opts, None, shard_map=where, device_kind=self.devices[0].device_kind,
+            process_count=self.processes, process_index=self.agreement.me, budget_s=self.opts.budget_s,
+        )  # fmt: skip
 
 
 def _np_dtype(np, name: str):

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from devctl.model import bench_transfer as m
 from devctl.model import to_jsonable
-from devctl.probe.bench import MIN_CALLS, failure_note, host_environment, run_child, time_interleaved
+from devctl.probe.bench import MIN_CALLS, environment, failure_note, run_child, time_interleaved
 from devctl.probe.channel import emit, exit_child
 from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, memory_kinds
 from devctl.probe.transfer_links import LINK_SAMPLE_MIN_BYTES, read_nvml_links, sample_link
@@ -321,18 +321,10 @@ class Bench(Plan, Recipes):
                 self.links[d.id] = sample_link(link)
 
     def _environment(self) -> dict:
-        return {
-            **host_environment(self.jax, self.np, self.local),
-            "sizes_bytes": self.sizes,
-            "sweep_note": self.sweep_note,
-            "pairs_note": self.pairs_note,
-            "repeats": self.opts.repeats,
-            "min_time_s": self.opts.min_time_s,
-            "warmups": self.opts.warmups,
-            "verify": self.opts.verify,
-            "quick": self.opts.quick,
-            "dtype": "uint8",
-        }
+        return environment(
+            self.jax, self.np, self.local, self.opts, self.sweep_note, sizes_bytes=self.sizes, pairs_note=self.pairs_note,
+            min_time_s=self.opts.min_time_s, verify=self.opts.verify, dtype="uint8",
+        )  # fmt: skip
 
 
 def _no_pair(spec: Spec) -> bool:
