@@ -1,21 +1,25 @@
-"""What the per-device benchmark children (`bench memory`, `bench matmul`) share: starting jax, the devices the
-flags name, the room a cell needs, the timing loop and the run's environment.
+"""The bench engine, in the probe children of all four benches: the child's start and its events, the devices the
+flags name, the room a cell needs, the timing loop (time_interleaved), the run's environment; and the per-device
+recipes' runner (`bench memory`, `bench matmul`).
 
-Timing (reference/monitoring-and-transfer.md B.6): the function is compiled once before any timing; untimed
-warm-ups; no garbage collection inside a timed stretch; samples until both --repeats and --min-time are met
-(bounded in wall time and count); the devices measured at one size take turns sample by sample, so that a busy
-moment of the machine does not fall on one device alone.
+Every bench child reads its request, emits `plan` {devices, environment, cells, ...} once, a `cell` per cell
+(also the watchdog's heartbeat), `tick` {samples} inside a long one, and `done` {elapsed_s, ...}; or one
+`error` {kind, message} (kind usage: bad input only the child can see, the parent exits 2).
 
-A sample is a burst: K calls dispatched back to back, then one block_until_ready on the last, and the figure is
-the burst's wall time / K. One call followed by block_until_ready also times JAX's launch and the host's
-synchronisation (about 0.2 ms on an H200, where it read a 1 GiB copy 29% and a bf16 4096 matmul 44% low:
+Timing (reference/monitoring-and-transfer.md B.6): compiled before any timing; untimed warm-ups; no garbage
+collection inside a timed stretch; samples until both --repeats and --min-time are met (bounded in wall time and
+count); the cells measured together take turns sample by sample, so that a busy moment of the machine does not
+fall on one device alone.
+
+A sample is a burst: K calls dispatched back to back, then one block_until_ready, and the figure is the burst's
+wall time / K. One call followed by block_until_ready also times JAX's launch and the host's synchronisation
+(about 0.2 ms on an H200, where it read a 1 GiB copy 29% and a bf16 4096 matmul 44% low:
 reference/h200-observations.md section 2); nccl-tests, nvbandwidth and accelerator-microbenchmarks likewise time
-many iterations between two synchronisations. K is calibrated per device and cell so that a burst lasts
-BURST_MIN_S, which leaves one launch and sync a percent or less of it. Each call's result feeds the next (a
-recipe's callable arranges that: the copy reads the previous result, the matmul writes into it), so a call
-cannot start before the one before it has finished, on a backend that runs independent executions side by side
-as on one that queues them. One call + block_until_ready is timed apart in the rounds, and how much longer it
-takes than a call in a burst is reported as the per-call overhead: a step of a job pays it, the figures do not.
+many iterations between two synchronisations. K is calibrated per cell so that a burst lasts BURST_MIN_S, which
+leaves one launch and sync a percent or less of it. Where calls must run one after another, each call's result
+feeds the next (the copy reads the previous result, the matmul writes into it). One call + block_until_ready is
+timed apart in the rounds, and how much longer it takes than a call in a burst is reported as the per-call
+overhead: a step of a job pays it, the figures do not. A latency cell is timed call by call (K = 1).
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Probe child for `devctl bench matmul`: each device's matmul throughput per dtype.
-
-Run as `python -m devctl.probe.bench_matmul '<MatmulOptions as JSON>'`. Events:
-  plan   {devices, environment, cells, sizes}   once, before the first measurement
-  cell   {MatmulCell}                           once per device, dtype and size, a group's after all its devices ran
-  tick   {samples}                              inside a long cell
-  done   {elapsed_s}
-  error  {kind, message}                        kind "usage": bad input only the child can see
+"""Probe child for `devctl bench matmul` (`python -m devctl.probe.bench_matmul '<MatmulOptions as JSON>'`): each
+device's matmul throughput per dtype, a recipe of the engine (devctl.probe.bench, whose events it emits).
 
 C = A @ B over square matrices made on the device (normal random values, committed to it), compiled once; 2 n^3
 flops per call. A few rows and columns of C are checked against float64 on the host, with a tolerance that a

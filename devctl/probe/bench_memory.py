@@ -1,11 +1,5 @@
-"""Probe child for `devctl bench memory`: each device's memory bandwidth through a jitted copy.
-
-Run as `python -m devctl.probe.bench_memory '<MemoryOptions as JSON>'`. Events:
-  plan   {devices, environment, cells, sizes_bytes}   once, before the first measurement
-  cell   {MemoryCell}                                  once per device and size, a size's after all its devices ran
-  tick   {samples}                                     inside a long cell
-  done   {elapsed_s}
-  error  {kind, message}                               kind "usage": bad input only the child can see
+"""Probe child for `devctl bench memory` (`python -m devctl.probe.bench_memory '<MemoryOptions as JSON>'`): each
+device's memory bandwidth through a jitted copy, a recipe of the engine (devctl.probe.bench, whose events it emits).
 
 The copy is y = x + 1 over uint32: XLA cannot fold it away (x + 0 may be simplified to x, and a jitted identity may
 hand back its input), it reads every byte once and writes every byte once, into a second buffer donated to it (two

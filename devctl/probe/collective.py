@@ -1,18 +1,12 @@
-"""Probe child for `devctl bench collective`: every jax call of the benchmark lives here.
+"""Probe child for `devctl bench collective` (`python -m devctl.probe.collective '<CollectiveOptions as JSON>'`).
+Events as every bench child's (devctl.probe.bench), with `hosts` {figures} (--distributed, process 0: every
+process's own medians), `done` {sweep_note} and error kind `join`.
 
-Run as `python -m devctl.probe.collective '<CollectiveOptions as JSON>'`. Events:
-  plan   {devices, axes, environment, cells}   once, before the first measurement
-  cell   {CollectiveCell}                       once per cell (also the watchdog's heartbeat)
-  tick   {samples}                              inside a long cell, so the watchdog knows it is alive
-  hosts  {figures}                              --distributed, process 0: every process's own medians
-  done   {sweep_note, elapsed_s}
-  error  {kind: "usage" | "join" | ..., message}
-
-Method (as nccl-tests and a JAX user would time a collective): each cell's jit(shard_map(collective)) is
-lowered and compiled once, untimed; untimed warm-ups follow; every timed call is one call of the compiled
-executable ended by block_until_ready; the input is created on the devices, never copied from the host in
-the timing; statistics come from the median. With --distributed every choice that depends on a timing is
-process 0's (devctl.probe.collective_cluster.Agreement), so every process runs the same calls.
+Method (as nccl-tests and a JAX user would time a collective): each cell's jit(shard_map(collective)) is lowered
+and compiled once, untimed; its input is created on the devices, never copied from the host in the timing; then
+the engine times it (devctl.probe.bench.time_interleaved: a latency cell call by call, a bandwidth cell in bursts).
+With --distributed every choice that depends on a timing is process 0's
+(devctl.probe.collective_cluster.Agreement), so every process runs the same calls.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
-"""Probe child for `devctl bench transfer`: every jax and numpy call of the benchmark lives here.
+"""Probe child for `devctl bench transfer` (`python -m devctl.probe.transfer '<TransferOptions as JSON>'`): the
+cells run, each transfer timed, verified and set against its roof. Events as every bench child's
+(devctl.probe.bench), with `roof` {MemcpyRoof} once per size and `done` {pcie, pcie_reason}.
 
-Run as `python -m devctl.probe.transfer '<TransferOptions as JSON>'`. Events:
-  plan   {devices, environment, cells, sizes_bytes}   once, before the first measurement
-  roof   {MemcpyRoof}                                  once per size
-  cell   {Cell}                                        once per cell (also the watchdog's heartbeat)
-  tick   {samples}                                     inside a long cell, so the watchdog knows it is alive
-  done   {pcie, pcie_reason, elapsed_s}
-  error  {kind: "usage", message}                      bad input only the child can see (an unknown device)
+Method (reference/monitoring-and-transfer.md B.6): host buffers filled before any timing, timed by the engine
+(devctl.probe.bench.time_interleaved). A latency cell (LATENCY_MAX_BYTES and below), a cell that needs a fresh
+source for every repetition (wherever JAX would cache or consume it) and any cell of CPU devices is timed call by
+call; any other in bursts (at most BURST_MEMORY_BYTES of results in flight). The result of a call timed alone
+says the bytes moved: an alias of the source is zero-copy, with no bandwidth.
 
-Method (reference/monitoring-and-transfer.md B.6): untimed warm-ups; host buffers filled before any timing. A
-latency cell (LATENCY_MAX_BYTES and below), a cell that needs a fresh source for every repetition (wherever JAX
-would cache or consume it) and any cell of CPU devices is timed call by call, each ending in block_until_ready (or
-returning host bytes); any other in bursts of K calls and one block_until_ready by devctl.probe.bench's engine (K
-calibrated so a burst lasts BURST_MIN_S, at most BURST_MEMORY_BYTES of results in flight), with calls timed alone
-beside the first bursts for the per-call overhead and the bytes moved. Statistics from the median; an alias of the
-source is flagged zero-copy and given no bandwidth.
-
-This module runs the cells; beside it, by job: transfer_plan (which cells, on which devices),
-transfer_recipes (how each moves its bytes), transfer_measure (host buffers, aliasing, statistics),
-transfer_links (the PCIe roof, from NVML through discovery) and transfer_devices (the facts reported).
+Beside it, by job: transfer_plan (which cells, on which devices), transfer_recipes (how each moves its bytes),
+transfer_measure (host buffers, aliasing), transfer_links (the PCIe roof) and transfer_devices (device facts).
 """
 
 from __future__ import annotations
