@@ -154,7 +154,7 @@ def fidelity_in_process(samples: int) -> None:
                 op(prepare())
             ours, theirs = [], []
             for _ in range(samples):
-                ours += bench._time(t.prepare, t.op, t.sources, t.consumes_source)[0]
+                ours.append(bench._time(t, limit=0, warmed=True)[0]["median_s"])  # call by call, one sample
                 theirs.append(hand["hand_median"](prepare, op, 1, 0))
             del t
             report_row(d, size, ours, theirs, spread=True)
