@@ -8,9 +8,10 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.bench_options import PerDeviceFlags, per_device_options, run_per_device, sizes_option
-from devctl.cli.options import shown, split_list
+from devctl.cli.bench_options import Bench, BenchFlags, DeviceOpt, bench_options, run_bench, sizes_option
+from devctl.cli.options import parse_devices, shown, split_list
 from devctl.errors import UsageError
+from devctl.model import bench as c
 from devctl.model import bench_matmul as m
 
 DtypeOpt = Annotated[
@@ -33,17 +34,16 @@ SizesOpt = Annotated[
 ]
 
 
-@per_device_options
-def matmul(dtype: DtypeOpt = None, sizes: SizesOpt = None, *, flags: PerDeviceFlags) -> None:
+@bench_options(Bench(m.GATE, c, "One size", verbose=True))
+def matmul(dtype: DtypeOpt = None, sizes: SizesOpt = None, device: DeviceOpt = None, *, flags: BenchFlags) -> None:
     """Each device's matmul TFLOP/s (bf16, f32), against its published dense peak and its peers."""
     from devctl.collect.bench_matmul import run_matmul
     from devctl.render.bench_matmul import progress_label
 
-    def build(**common):
-        return m.MatmulOptions(dtypes=parse_dtypes(dtype), sizes=parse_sides(sizes) if sizes is not None else None, **common)
-
+    devices = parse_devices("--device", device)
+    opts = m.MatmulOptions(devices=devices, **flags.counts(), dtypes=parse_dtypes(dtype), sizes=parse_sides(sizes) if sizes is not None else None)
     wrong = "some products were wrong (see the notes)"
-    run_per_device(flags, build, m.GATE, run_matmul, progress_label, lambda r: r.comparisons, "matmul", wrong)
+    run_bench(flags, run_matmul, opts, progress_label, "matmul", wrong, comparisons=lambda r: r.comparisons)
 
 
 def parse_dtypes(items: list[str] | None) -> tuple[str, ...]:

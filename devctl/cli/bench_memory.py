@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-from devctl.cli.bench_options import PerDeviceFlags, parse_sizes, per_device_options, run_per_device, sizes_option
+from devctl.cli.bench_options import Bench, BenchFlags, DeviceOpt, bench_options, parse_sizes, run_bench, sizes_option
+from devctl.cli.options import parse_devices
+from devctl.model import bench as c
 from devctl.model import bench_memory as m
 
 SizesOpt = Annotated[
@@ -18,17 +20,16 @@ SizesOpt = Annotated[
 ]
 
 
-@per_device_options
-def memory(sizes: SizesOpt = None, *, flags: PerDeviceFlags) -> None:
+@bench_options(Bench(m.GATE, c, "One size", verbose=True))
+def memory(sizes: SizesOpt = None, device: DeviceOpt = None, *, flags: BenchFlags) -> None:
     """Each device's memory bandwidth (a jitted copy, read + write), against its published peak and its peers."""
     from devctl.collect.bench_memory import run_memory
     from devctl.render.bench_memory import progress_label
 
-    def build(**common):
-        return m.MemoryOptions(sizes_bytes=parse_byte_sizes(sizes) if sizes is not None else None, **common)
-
+    devices = parse_devices("--device", device)
+    opts = m.MemoryOptions(devices=devices, **flags.counts(), sizes_bytes=parse_byte_sizes(sizes) if sizes is not None else None)
     wrong = "some copies did not produce x + 1 (see the notes)"
-    run_per_device(flags, build, m.GATE, run_memory, progress_label, lambda r: [r.comparison], "memory", wrong)
+    run_bench(flags, run_memory, opts, progress_label, "memory", wrong, comparisons=lambda r: [r.comparison])
 
 
 # A size no device of today holds: refused as a typo (16T) rather than planned and skipped.

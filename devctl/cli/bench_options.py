@@ -1,28 +1,20 @@
-"""The options and checks the `devctl bench` commands share (each command has its own module:
-devctl/cli/bench_transfer.py, bench_collective.py, bench_memory.py, bench_matmul.py). No jax here."""
+"""What the `devctl bench` commands share (each command has its own module: devctl/cli/bench_transfer.py,
+bench_collective.py, bench_memory.py, bench_matmul.py): the flags every bench takes, declared once and stated
+with each bench's defaults, and the one end of a bench command. No jax here."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Iterable, Optional
 
 import typer
 
 from devctl.cli import completion
-from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish, measure
-from devctl.cli.options import (
-    CsvOpt,
-    JsonOpt,
-    check_count,
-    check_output_format,
-    check_seconds,
-    check_timeout,
-    option_group,
-    parse_devices,
-    split_list,
-)
+from devctl.cli.gate import BaselineOpt, GateAllSizesOpt, MaxRegressionOpt, check_gate
+from devctl.cli.options import CsvOpt, JsonOpt, check_count, check_output_format, check_seconds, check_timeout, option_group, split_list
 from devctl.errors import UsageError
-from devctl.model import bench as c
+from devctl.model.gate import GateSpec
 
 Option = typer.Option
 
@@ -37,20 +29,7 @@ def device_option(help: str) -> Any:
     return Option("--device", metavar="ID", autocompletion=completion.devices(), help=help)
 
 
-QuickOpt = Annotated[
-    bool,
-    Option("--quick", help="One size and a short budget: a smoke test in seconds. --sizes, --repeats, --min-time and --warmups given too override it."),
-]
-RepeatsOpt = Annotated[
-    Optional[int], Option("--repeats", metavar="N", help=f"Timed samples per device and size, at least, each a burst of calls (default {c.DEFAULT_REPEATS}).")
-]
-MinTimeOpt = Annotated[
-    Optional[float],
-    Option("--min-time", metavar="SECONDS", help=f"Timed seconds per device and size, at least (default {c.DEFAULT_MIN_TIME_S:g}; --quick {c.QUICK_MIN_TIME_S:g})."),
-]
-WarmupsOpt = Annotated[
-    Optional[int], Option("--warmups", metavar="N", help=f"Untimed calls first, after compiling (default {c.DEFAULT_WARMUPS}).")
-]
+# bench memory's and bench matmul's --device.
 DeviceOpt = Annotated[
     Optional[list[str]],
     device_option(
@@ -67,61 +46,116 @@ WatchdogOpt = Annotated[
 
 
 @dataclass(frozen=True)
-class PerDeviceFlags:
-    """The options bench memory and bench matmul share, as given."""
+class Bench:
+    """One bench command as the shared flags see it: its gate, and its defaults (full and --quick, stated in the
+    help), read from `defaults`, a model module's DEFAULT_REPEATS, QUICK_REPEATS, DEFAULT_WARMUPS, QUICK_WARMUPS,
+    and DEFAULT_/QUICK_ plus `seconds` upper-cased."""
 
+    spec: GateSpec
+    defaults: Any
+    quick: str  # what --quick measures, the start of its help: "A few sizes"
+    seconds: str = "min_time_s"  # the options' field for timed seconds per cell; its flag is --min-time (collective: --budget)
+    seconds_help: str = "Timed seconds per cell, at least"
+    most: int = 1_000_000  # the most --repeats and --warmups accept
+    verbose: bool = False  # it takes --verbose
+
+    @property
+    def seconds_flag(self) -> str:
+        return "--" + self.seconds.removesuffix("_s").replace("_", "-")
+
+    def default(self, name: str, quick: bool) -> Any:
+        return getattr(self.defaults, f"{'QUICK' if quick else 'DEFAULT'}_{name.upper()}")
+
+    def stated(self, name: str) -> str:
+        return f"(default {self.default(name, False):g}; --quick {self.default(name, True):g})"
+
+    def counts(self, quick: bool, repeats: int | None, seconds: float | None, warmups: int | None) -> dict[str, Any]:
+        """--quick, --repeats, --min-time (or --budget) and --warmups checked: the bench options' fields."""
+        return {
+            "repeats": check_count("--repeats", repeats, self.default("repeats", quick), low=1, high=self.most),
+            self.seconds: check_seconds(self.seconds_flag, seconds, self.default(self.seconds, quick)),
+            "warmups": check_count("--warmups", warmups, self.default("warmups", quick), low=0, high=self.most),
+            "quick": quick,
+        }
+
+
+@dataclass(frozen=True)
+class BenchFlags:
+    """The shared flags of one bench command, as given (--timeout checked)."""
+
+    bench: Bench
     quick: bool
     repeats: int | None
-    min_time: float | None
+    min_time: float | None  # --min-time, or collective's --budget
     warmups: int | None
-    device: list[str] | None
     baseline: list[str] | None
     max_regression: str | None
-    timeout: str | None
+    timeout_s: float
     json_out: bool
     csv_out: bool
-    verbose: bool
+    gate_all_sizes: bool = False
+    verbose: bool = False
+
+    def counts(self) -> dict[str, Any]:
+        return self.bench.counts(self.quick, self.repeats, self.min_time, self.warmups)
 
 
-PER_DEVICE: dict[str, tuple[Any, Any]] = {
-    "quick": (QuickOpt, False), "repeats": (RepeatsOpt, None), "min_time": (MinTimeOpt, None), "warmups": (WarmupsOpt, None),
-    "device": (DeviceOpt, None), "baseline": (BaselineOpt, None), "max_regression": (MaxRegressionOpt, None),
-    "timeout": (WatchdogOpt, None), "json_out": (JsonOpt, False), "csv_out": (CsvOpt, False), "verbose": (VerboseOpt, False),
-}  # fmt: skip
-# `@per_device_options`: a per-device bench command declares its own options; it is called with `flags` for these.
-per_device_options = option_group(PER_DEVICE, ("flags",), lambda **given: {"flags": PerDeviceFlags(**given)})
+def bench_options(bench: Bench) -> Callable:
+    """`@bench_options(BENCH)`: the flags every bench takes, after the command's own, their help stating `bench`'s
+    defaults; the command is called with `flags` (BenchFlags) for them, --json/--csv and --timeout checked first."""
+    options: dict[str, tuple[Any, Any]] = {
+        "quick": (Annotated[bool, Option("--quick", help=f"{bench.quick} and a short budget: a smoke test in seconds. "
+                                         f"--sizes, --repeats, {bench.seconds_flag} and --warmups given too override it.")], False),
+        "repeats": (Annotated[Optional[int], Option("--repeats", metavar="N", help=f"Timed samples per cell, at least {bench.stated('repeats')}.")], None),
+        "min_time": (Annotated[Optional[float], Option(bench.seconds_flag, metavar="SECONDS", help=f"{bench.seconds_help} {bench.stated(bench.seconds)}.")], None),
+        "warmups": (Annotated[Optional[int], Option("--warmups", metavar="N", help=f"Untimed calls first {bench.stated('warmups')}.")], None),
+        "baseline": (BaselineOpt, None), "max_regression": (MaxRegressionOpt, None), "gate_all_sizes": (GateAllSizesOpt, False),
+        "timeout": (WatchdogOpt, None), "json_out": (JsonOpt, False), "csv_out": (CsvOpt, False), "verbose": (VerboseOpt, False),
+    }  # fmt: skip
+    if bench.spec.all_sizes_flag is None:
+        del options["gate_all_sizes"]
+    if not bench.verbose:
+        del options["verbose"]
+
+    def given(timeout: str | None, json_out: bool, csv_out: bool, **flags: Any) -> dict[str, Any]:
+        check_output_format(json_out, csv_out)
+        return {"flags": BenchFlags(bench, timeout_s=check_timeout(timeout), json_out=json_out, csv_out=csv_out, **flags)}
+
+    return option_group(options, ("flags",), given)
 
 
-def run_per_device(flags: PerDeviceFlags, build: Callable[..., Any], spec: Any, run: Callable[..., Any],
-                   label: Callable[[dict], str], comparisons: Callable[[Any], Iterable[Any]], what: str, wrong: str) -> None:  # fmt: skip
-    """A per-device bench from its flags: `build(devices=..., repeats=..., ...)` is its options (the shared ones
-    given, the bench's own parsed by it), `run(opts, timeout_s, on_event=...)` its report; then stragglers, the gate
-    and a wrong result on stderr, and the exit code."""
-    check_output_format(flags.json_out, flags.csv_out)
-    quick = flags.quick
-    opts = build(
-        devices=parse_devices("--device", flags.device),
-        repeats=check_count("--repeats", flags.repeats, c.QUICK_REPEATS if quick else c.DEFAULT_REPEATS, low=1),
-        min_time_s=check_seconds("--min-time", flags.min_time, c.QUICK_MIN_TIME_S if quick else c.DEFAULT_MIN_TIME_S),
-        warmups=check_count("--warmups", flags.warmups, c.QUICK_WARMUPS if quick else c.DEFAULT_WARMUPS, low=0),
-        quick=quick,
-    )
-    request = check_gate(flags.baseline, flags.max_regression, spec)
-    timeout_s = check_timeout(flags.timeout)
-    report = measure(lambda on: run(opts, timeout_s, on_event=on), label, request, spec, flags.json_out, flags.csv_out, flags.verbose)
-    failed = any(cell.verified is False for cell in report.results)
-    finish(report, spec, notes=straggler_lines(comparisons(report), what), failures=[f"{what} verification failed: {wrong}"] if failed else [])
-
-
-def straggler_lines(comparisons: Iterable[Any], what: str) -> list[str]:
-    """One stderr line per straggler: the device, its figure and the median, so a log names the slow device."""
+def run_bench(flags: BenchFlags, run: Callable[..., Any], opts: Any, label: Callable[[dict], str], what: str, wrong: str, *,
+              comparisons: Callable[[Any], Iterable[Any]] = lambda report: (), prints: Callable[[Any], bool] = lambda report: True) -> None:  # fmt: skip
+    """A bench command from its options on: --baseline read, `run(opts, timeout_s, on_event=...)` with a progress bar
+    on a terminal (`label` names each finished cell), judged and printed (unless `prints(report)` is false: not this
+    process's to print); then its stragglers (`comparisons(report)`), the gate's verdict and a wrong result
+    ("{what} verification failed: {wrong}"), one line each on stderr, and exit 1 on a wrong result or a failed gate."""
+    spec = flags.bench.spec
+    request = check_gate(flags.baseline, flags.max_regression, spec, flags.gate_all_sizes)
+    from devctl.collect.gate import judged
+    from devctl.render import emit
+    from devctl.render.bench import Progress
     from devctl.units import digits
 
-    lines = []
-    for comp in comparisons:
-        for s in comp.stragglers:
-            lines.append(f"straggler: {what} {comp.metric}: {s.describe(comp.unit, digits=digits(comp.median))}")
-    return lines
+    with Progress(label) as progress:
+        report = run(opts, flags.timeout_s, on_event=progress.on_event)
+    if not prints(report):
+        return
+    report = judged(report, request, spec)
+    emit(report, flags.json_out, csv_out=flags.csv_out, verbose=flags.verbose)
+    lines = [f"straggler: {what} {c.metric}: {s.describe(c.unit, digits=digits(c.median))}" for c in comparisons(report) for s in c.stragglers]
+    if report.gate is not None:
+        from devctl.render.gate import gate_lines
+
+        lines += gate_lines(report.gate, spec)
+    wrong_result = any(cell.verified is False for cell in report.results)
+    if wrong_result:
+        lines.append(f"{what} verification failed: {wrong}")
+    for line in lines:
+        sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    if wrong_result or (report.gate is not None and not report.gate.passed):
+        raise typer.Exit(1)
 
 
 def parse_sizes(text: str, example: str = "4K,1M,64M,1G", minimum: int = 1, unit: str = "byte", maximum: int | None = None) -> tuple[int, ...]:

@@ -1,10 +1,6 @@
-"""`devctl bench`: benchmarks of the paths a JAX program uses.
-
-`devctl bench transfer` validates every flag here (its --baseline in
-devctl/cli/gate.py), in the CLI process, before a probe child
-(devctl/probe/transfer.py) imports jax and measures. Only light modules are
-imported at the top: `devctl --help` must not pay for jax.
-"""
+"""`devctl bench transfer`: every flag validated here (those every bench shares in devctl/cli/bench_options.py), in
+the CLI process, before the probe child (devctl/probe/transfer.py) imports jax and measures. Only light modules are
+imported at the top: `devctl --help` must not pay for jax."""
 
 from __future__ import annotations
 
@@ -13,21 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from devctl.cli import completion
-from devctl.cli.bench_options import WatchdogOpt, device_option, parse_sizes, sizes_option
-from devctl.cli.gate import BaselineOpt, MaxRegressionOpt, check_gate, finish, measure
-from devctl.cli.options import (
-    CsvOpt,
-    JsonOpt,
-    check_count,
-    check_output_format,
-    check_seconds,
-    check_timeout,
-    choose,
-    parse_device,
-    parse_devices,
-    shown,
-    split_list,
-)
+from devctl.cli.bench_options import Bench, BenchFlags, bench_options, device_option, parse_sizes, run_bench, sizes_option
+from devctl.cli.options import choose, parse_device, parse_devices, shown, split_list
 from devctl.errors import UsageError
 from devctl.model import bench_transfer as m
 from devctl.model.devices import DeviceRef
@@ -56,21 +39,6 @@ SizesOpt = Annotated[
         "(1G where the device has room). A size this machine's memory cannot hold is an error."
     ),
 ]
-QuickOpt = Annotated[
-    bool,
-    Option("--quick", help="A few sizes and a short budget: a smoke test in seconds. --sizes, --repeats, --min-time and --warmups given too override it."),
-]
-RepeatsOpt = Annotated[
-    Optional[int],
-    Option("--repeats", metavar="N", help=f"Timed repetitions per cell, at least (default {m.DEFAULT_REPEATS})."),
-]
-MinTimeOpt = Annotated[
-    Optional[float],
-    Option("--min-time", metavar="SECONDS", help=f"Timed seconds per cell, at least (default {m.DEFAULT_MIN_TIME_S:g})."),
-]
-WarmupsOpt = Annotated[
-    Optional[int], Option("--warmups", metavar="N", help=f"Untimed transfers first (default {m.DEFAULT_WARMUPS}).")
-]
 VerifyOpt = Annotated[bool, Option("--verify/--no-verify", help="Check, once per cell, that the bytes arrive unchanged.")]
 ShardedOpt = Annotated[
     bool, Option("--sharded", help="One array sharded over all local devices (aggregate bandwidth); not with --device, --src, --dst, --all-pairs or --variants.")
@@ -86,24 +54,15 @@ DeviceOpt = Annotated[
 SrcOpt = Annotated[Optional[str], Option("--src", metavar="ID", autocompletion=completion.devices(many=False), help="d2d: the source device, as --device names one (not with --all-pairs).")]
 DstOpt = Annotated[Optional[str], Option("--dst", metavar="ID", autocompletion=completion.devices(many=False), help="d2d: the destination device, as --device names one (not with --all-pairs).")]
 AllPairsOpt = Annotated[bool, Option("--all-pairs", help="d2d: every ordered pair of devices at every size.")]
-GateAllSizesOpt = Annotated[
-    bool,
-    Option(
-        "--gate-all-sizes",
-        help="With --baseline: judge latency-bound cells too (by default only bandwidth-bound cells are, those whose "
-        "fixed per-transfer cost is at most a tenth of their time in the baseline).",
-    ),
-]
+
+BENCH = Bench(m.GATE, m, "A few sizes")
 
 
+@bench_options(BENCH)
 def transfer(
     direction: DirectionOpt = None,
     variants: VariantsOpt = None,
     sizes: SizesOpt = None,
-    quick: QuickOpt = False,
-    repeats: RepeatsOpt = None,
-    min_time: MinTimeOpt = None,
-    warmups: WarmupsOpt = None,
     verify: VerifyOpt = True,
     sharded: ShardedOpt = False,
     replicated: ReplicatedOpt = False,
@@ -111,27 +70,18 @@ def transfer(
     src: SrcOpt = None,
     dst: DstOpt = None,
     all_pairs: AllPairsOpt = False,
-    baseline: BaselineOpt = None,
-    max_regression: MaxRegressionOpt = None,
-    gate_all_sizes: GateAllSizesOpt = False,
-    timeout: WatchdogOpt = None,
-    json_out: JsonOpt = False,
-    csv_out: CsvOpt = False,
+    *,
+    flags: BenchFlags,
 ) -> None:
     """Host<->device and device<->device transfer bandwidth, against the host memcpy and PCIe roofs."""
-    check_output_format(json_out, csv_out)
     opts = build_options(
-        direction, variants, sizes, quick, repeats, min_time, warmups, verify,
+        direction, variants, sizes, flags.quick, flags.repeats, flags.min_time, flags.warmups, verify,
         sharded, replicated, device, src, dst, all_pairs,
     )  # fmt: skip
-    gate = check_gate(baseline, max_regression, m.GATE, gate_all_sizes)
-    timeout_s = check_timeout(timeout)
     from devctl.collect.bench_transfer import run_transfer
     from devctl.render.bench_transfer import progress_label
 
-    report = measure(lambda on: run_transfer(opts, timeout_s, on_event=on), progress_label, gate, m.GATE, json_out, csv_out)
-    wrong = any(c.verified is False for c in report.results)
-    finish(report, m.GATE, failures=["transfer verification failed: the bytes of some cells did not arrive unchanged"] if wrong else [])
+    run_bench(flags, run_transfer, opts, progress_label, "transfer", "the bytes of some cells did not arrive unchanged")
 
 
 # ---- validation (no jax here) ------------------------------------------------------------------
@@ -141,7 +91,7 @@ def build_options(
     direction, variants, sizes, quick, repeats, min_time, warmups, verify,
     sharded, replicated, device, src, dst, all_pairs,
 ) -> m.TransferOptions:  # fmt: skip
-    directions = parse_directions(direction)
+    directions = choose("--direction", direction, m.DIRECTIONS, m.DIRECTIONS)
     layouts = tuple(name for name, on in (("sharded", sharded), ("replicated", replicated)) if on) or ("single",)
     chosen_variants = parse_variants(variants, directions)
     devices = parse_devices("--device", device)
@@ -157,16 +107,9 @@ def build_options(
         src=src_ref,
         dst=dst_ref,
         all_pairs=all_pairs,
-        repeats=check_count("--repeats", repeats, m.QUICK_REPEATS if quick else m.DEFAULT_REPEATS, low=1),
-        min_time_s=check_seconds("--min-time", min_time, m.QUICK_MIN_TIME_S if quick else m.DEFAULT_MIN_TIME_S),
-        warmups=check_count("--warmups", warmups, m.QUICK_WARMUPS if quick else m.DEFAULT_WARMUPS, low=0),
         verify=verify,
-        quick=quick,
+        **BENCH.counts(quick, repeats, min_time, warmups),
     )
-
-
-def parse_directions(items: list[str] | None) -> tuple[str, ...]:
-    return choose("--direction", items, m.DIRECTIONS, m.DIRECTIONS)
 
 
 def parse_variants(text: str | None, directions: tuple[str, ...]) -> tuple[str, ...] | None:

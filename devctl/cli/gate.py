@@ -1,12 +1,11 @@
-"""--baseline, --max-regression and --gate-all-sizes of every bench command, parsed; the end of a bench command
-(its verdicts on stderr, its exit code). What a baseline holds is read and judged below the CLI
-(devctl.collect.gate), by the one gate (devctl.model.gate)."""
+"""--baseline, --max-regression and --gate-all-sizes of every bench command, parsed (the end of a bench command is
+devctl.cli.bench_options.run_bench). What a baseline holds is read and judged below the CLI (devctl.collect.gate), by
+the one gate (devctl.model.gate)."""
 
 from __future__ import annotations
 
 import re
-import sys
-from typing import Annotated, Any, Callable, Iterable, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -35,6 +34,14 @@ BaselineOpt = Annotated[
         "its noise and --max-regression. Repeat it to pool several runs (3 or more recommended): how far they differ joins the noise band.",
     ),
 ]
+GateAllSizesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--gate-all-sizes",
+        help="With --baseline: judge latency-bound cells too (by default only bandwidth-bound cells are, those whose "
+        "fixed per-transfer cost is at most a tenth of their time in the baseline).",
+    ),
+]  # taken by a bench whose GateSpec names all_sizes_flag (bench transfer)
 
 _PERCENT_RE = re.compile(r"^\s*(\d{1,6}(?:\.\d{1,6})?)\s*(%?)\s*$", re.ASCII)
 # A baseline is one earlier --json document: a few hundred cells of ~700 bytes; 16 MiB is far above any.
@@ -77,34 +84,3 @@ def check_gate(baselines: list[str] | None, max_regression: str | None, spec: Ga
 
     files = [(path, read_input_file("--baseline", path, BASELINE_CAP_BYTES)) for path in baselines]
     return read_baselines(files, spec, pct, all_sizes)
-
-
-def measure(run: Callable[[Callable[[dict], None]], Any], label: Callable[[dict], str], request: GateRequest | None,
-            spec: GateSpec, json_out: bool, csv_out: bool, verbose: bool = False) -> Any:  # fmt: skip
-    """A bench's report: `run(on_event)` with a progress bar on a terminal (`label` names each finished cell),
-    judged against --baseline, and printed."""
-    from devctl.collect.gate import judged
-    from devctl.render import emit
-    from devctl.render.bench import Progress
-
-    with Progress(label) as progress:
-        report = judged(run(progress.on_event), request, spec)
-    emit(report, json_out, csv_out=csv_out, verbose=verbose)
-    return report
-
-
-def finish(report: Any, spec: GateSpec, *, failures: Iterable[str] = (), notes: Iterable[str] = ()) -> None:
-    """After the report: `notes` (stragglers), the gate's verdict and `failures` (a wrong result), one line each on
-    stderr; exit 1 on a failure or a failed gate."""
-    lines = list(notes)
-    gate = report.gate
-    if gate is not None:
-        from devctl.render.gate import gate_lines
-
-        lines += gate_lines(gate, spec)
-    failures = list(failures)
-    for line in [*lines, *failures]:
-        sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-    if failures or (gate is not None and not gate.passed):
-        raise typer.Exit(1)
