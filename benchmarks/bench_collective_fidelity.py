@@ -148,8 +148,8 @@ def fidelity_in_process(samples: int) -> None:
     import numpy as np
 
     from devctl.model.bench_collective import CollectiveOptions
-    from devctl.probe.collective import Agreement, Bench
-    from devctl.probe.collective_ops import compiled_collective, elements, make_input
+    from devctl.probe.bench_collective import Agreement, Bench
+    from devctl.probe.bench_collective_ops import compiled_collective, elements, make_input
 
     # The probe's progress events (tick) go to a pipe in a real run; here, nowhere.
     os.environ.setdefault("DEVCTL_PROBE_FD", str(os.open(os.devnull, os.O_WRONLY)))
@@ -248,8 +248,8 @@ import numpy as np, jax
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
 from devctl.model.bench_collective import CollectiveOptions
-from devctl.probe.collective import Agreement, Bench
-from devctl.probe.collective_ops import compiled_collective, elements, make_input
+from devctl.probe.bench_collective import Agreement, Bench
+from devctl.probe.bench_collective_ops import compiled_collective, elements, make_input
 hand = {"__name__": "hand_loop"}
 exec(compile(HAND_LOOP, "hand_loop", "exec"), hand)
 size, samples, warmups = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])

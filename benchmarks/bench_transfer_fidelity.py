@@ -124,7 +124,7 @@ def fidelity_in_process(samples: int) -> None:
     import numpy as np
 
     from devctl.model.bench_transfer import TransferOptions
-    from devctl.probe.transfer import Bench, HostBuffers, Spec
+    from devctl.probe.bench_transfer import Bench, HostBuffers, Spec
 
     hand: dict = {"__name__": "hand_loop"}
     exec(compile(HAND_LOOP, "hand_loop", "exec"), hand)

@@ -56,7 +56,7 @@ def test_sizes_are_nccl_tests_sizes_per_rank():
     assert (m.input_bytes("all-gather", 4 * MIB, 4), m.output_bytes("all-gather", 4 * MIB, 4)) == (MIB, 4 * MIB)
     assert (m.input_bytes("reduce-scatter", 4 * MIB, 4), m.output_bytes("reduce-scatter", 4 * MIB, 4)) == (4 * MIB, MIB)
     assert (m.input_bytes("all-reduce", 4 * MIB, 4), m.output_bytes("all-reduce", 4 * MIB, 4)) == (4 * MIB, 4 * MIB)
-    from devctl.probe.collective_ops import elements
+    from devctl.probe.bench_collective_ops import elements
 
     assert elements("all-gather", 4 * KIB, 4, 4) == (256, 4 * KIB)
     assert elements("all-to-all", 1000, 3, 4) == (249, 996)  # whole float32 elements in each of 3 pieces
@@ -228,7 +228,7 @@ def test_every_collectives_verification_refuses_a_wrong_result(collective, posit
     output block and refuses a wrong one."""
     import numpy as np
 
-    from devctl.probe.collective_ops import block_is_right
+    from devctl.probe.bench_collective_ops import block_is_right
 
     values = [1, 2, 3]
     assert block_is_right(np, collective, position, values, np.asarray(right, dtype=np.float32), pair)

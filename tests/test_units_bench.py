@@ -512,7 +512,7 @@ def test_host_estimate_is_linear_in_the_size():
     assert host_bytes_needed(opts, 256 * MIB, devices_in_host_memory=True, device_count=4) == 256 * one
 
 
-# ---- statistics and aliasing (probe/transfer.py) -------------------------------------------------------
+# ---- statistics and aliasing (probe/bench_transfer.py) -------------------------------------------------------
 
 
 def test_stats_of_no_samples_are_unknown_not_zero():
@@ -544,7 +544,7 @@ def test_median_of_an_even_count_is_the_midpoint():
 
 
 def test_moved_bytes_leave_out_what_aliases_the_source():
-    from devctl.probe.transfer_measure import moved_bytes, overlaps
+    from devctl.probe.bench_transfer_buffers import moved_bytes, overlaps
 
     src = [(1000, 100)]
     assert moved_bytes([(5000, 100)], src) == 100
@@ -594,7 +594,7 @@ def ref(i: int, platform: str | None = None):
 
 
 def planned(local, **opts):
-    from devctl.probe.transfer import Bench
+    from devctl.probe.bench_transfer import Bench
 
     bench = Bench(TransferOptions(**opts), SimpleNamespace(local_devices=lambda: list(local)), np=None)
     bench.resolve()
@@ -679,7 +679,7 @@ def test_every_device_is_a_target_with_an_empty_device_list():
 
 def test_an_unknown_device_is_a_usage_problem_naming_the_devices_there():
     from devctl.probe.bench import UsageProblem
-    from devctl.probe.transfer import Bench
+    from devctl.probe.bench_transfer import Bench
 
     bench = Bench(TransferOptions(devices=(ref(7),)), SimpleNamespace(local_devices=lambda: [gpu(0), gpu(1)]), np=None)
     with pytest.raises(UsageProblem) as e:
@@ -745,7 +745,7 @@ def test_a_size_the_device_cannot_hold_is_skipped_with_the_figures():
 
 
 def test_a_burst_holds_at_most_a_quarter_of_the_free_memory_where_its_results_land():
-    from devctl.probe.transfer_recipes import Transfer
+    from devctl.probe.bench_transfer_recipes import Transfer
 
     b = planned([gpu(0, limit=80 * GIB, in_use=16 * GIB), gpu(1, limit=80 * GIB, in_use=79 * GIB)], directions=("h2d", "d2d"), sizes_bytes=(64 * MIB,))
     repeatable, fresh = Transfer(op=lambda _: None, burst=lambda: None), Transfer(op=lambda _: None)
@@ -768,7 +768,7 @@ def test_a_burst_of_independent_calls_waits_on_every_result_and_a_chain_on_its_l
     """Transfers from one source may finish out of order (several streams): their burst waits on each result. Calls
     that feed one another end in order, and their earlier results may be donated away: only the last is waited on."""
     from devctl.probe.bench import burst
-    from devctl.probe.transfer_recipes import _Independent
+    from devctl.probe.bench_transfer_recipes import _Independent
 
     waited: list[int] = []
 
@@ -796,8 +796,8 @@ def test_a_burst_of_real_transfers_gives_every_timing_field_and_the_bytes_moved(
     import jax
     import numpy as np
 
-    from devctl.probe.transfer import Bench
-    from devctl.probe.transfer_measure import HostBuffers
+    from devctl.probe.bench_transfer import Bench
+    from devctl.probe.bench_transfer_buffers import HostBuffers
 
     bench = Bench(TransferOptions(directions=(direction,), sizes_bytes=(MIB,), repeats=3, min_time_s=0.01), jax, np)
     bench.resolve()
@@ -830,7 +830,7 @@ def test_mesh_layouts_span_every_device_and_round_sharded_sizes_down():
 
 
 def test_a_cell_that_moved_no_bytes_is_zero_copy_with_no_bandwidth():
-    from devctl.probe.transfer_plan import Spec
+    from devctl.probe.bench_transfer_plan import Spec
 
     b = planned([cpu(0), cpu(1)], sizes_bytes=(MIB,))
     roof = m.MemcpyRoof(MIB, 50, MIB / 10e9, 10.0)
@@ -842,7 +842,7 @@ def test_a_cell_that_moved_no_bytes_is_zero_copy_with_no_bandwidth():
 
 
 def test_a_measured_cell_has_its_rate_from_the_median_and_its_cpu_roof():
-    from devctl.probe.transfer_plan import Spec
+    from devctl.probe.bench_transfer_plan import Spec
 
     b = planned([cpu(0), cpu(1)], sizes_bytes=(MIB,))
     roof = m.MemcpyRoof(MIB, 50, MIB / 10e9, 10.0)
@@ -855,7 +855,7 @@ def test_a_measured_cell_has_its_rate_from_the_median_and_its_cpu_roof():
 
 
 def test_gpu_roofs_are_the_pcie_links_and_say_why_when_unknown():
-    from devctl.probe.transfer_plan import Spec
+    from devctl.probe.bench_transfer_plan import Spec
 
     b = planned([gpu(i) for i in range(2)], sizes_bytes=(MIB,))
     roof = m.MemcpyRoof(MIB, 50, MIB / 10e9, 10.0)
@@ -880,7 +880,7 @@ def test_a_sharded_h2d_roof_adds_up_the_links_of_every_device():
 
 
 def test_devices_involved_per_layout():
-    from devctl.probe.transfer_plan import Spec, devices_involved
+    from devctl.probe.bench_transfer_plan import Spec, devices_involved
 
     mesh = tuple(range(4))
     assert devices_involved(Spec("h2d", "pageable", "single", 1, None, 0)) == 1

@@ -1,5 +1,5 @@
 """`devctl bench collective`: every flag validated here, in the CLI process, before the probe child
-(devctl/probe/collective.py) imports jax and measures. Registered on the `bench` group by devctl/cli/bench.py.
+(devctl/probe/bench_collective.py) imports jax and measures. Registered on the `bench` group by devctl/cli/bench.py.
 Only light modules are imported at the top: `devctl --help` must not pay for jax.
 """
 

@@ -1,5 +1,5 @@
 """`devctl bench transfer`: every flag validated here (those every bench shares in devctl/cli/bench_options.py), in
-the CLI process, before the probe child (devctl/probe/transfer.py) imports jax and measures. Only light modules are
+the CLI process, before the probe child (devctl/probe/bench_transfer.py) imports jax and measures. Only light modules are
 imported at the top: `devctl --help` must not pay for jax."""
 
 from __future__ import annotations

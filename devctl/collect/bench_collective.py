@@ -1,4 +1,4 @@
-"""`devctl bench collective`: run the measuring child (devctl.probe.collective), assemble its events, set each
+"""`devctl bench collective`: run the measuring child (devctl.probe.bench_collective), assemble its events, set each
 bus bandwidth against the device kind's published link peak, and name the slow links and hosts."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Callable
 from devctl.errors import DevctlError
 from devctl.model import bench_collective as m
 
-PROBE_MODULE = "devctl.probe.collective"
+PROBE_MODULE = "devctl.probe.bench_collective"
 # With --distributed the child first joins the cluster (bounded by --timeout itself): the watchdog allows that too.
 _JOIN_MARGIN_S = 10
 

@@ -1,4 +1,4 @@
-"""`devctl bench transfer`: run the measuring child (devctl.probe.transfer), assemble its events, compare with a baseline."""
+"""`devctl bench transfer`: run the measuring child (devctl.probe.bench_transfer), assemble its events, compare with a baseline."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Callable
 from devctl.errors import InputRejected
 from devctl.model import bench_transfer as m
 
-PROBE_MODULE = "devctl.probe.transfer"
+PROBE_MODULE = "devctl.probe.bench_transfer"
 
 
 def run_transfer(

@@ -36,9 +36,8 @@ from typing import Any, Callable
 from devctl.model.bench import BURST_MIN_S, ChipOptions
 from devctl.model.bench_transfer import TransferOptions
 from devctl.model.timing import sample_stats, single_timing
+from devctl.probe.bench_devices import device_free_bytes, device_name, dist_version, host_available_bytes
 from devctl.probe.channel import emit, read_request
-from devctl.probe.transfer_devices import device_free_bytes, device_name, dist_version
-from devctl.probe.transfer_measure import host_available_bytes
 from devctl.units import format_bytes
 
 # Above this many samples a cell has said all it can.
@@ -266,7 +265,7 @@ def time_interleaved(
 
     Every choice made from a timing (a warm-up's length, a calibration burst's, whether to time a call alone, whether
     to stop) goes through `agree`: with several processes calling one collective, each must make the same calls, so
-    process 0's choice is every process's (devctl.probe.collective_cluster.Agreement.agree).
+    process 0's choice is every process's (devctl.probe.bench_collective_cluster.Agreement.agree).
     """
     alone = {k: (timed_alone or {}).get(k) or partial(single_call, call) for k, call in calls.items() if call is not None}
     alone.update(timed_alone or {})
@@ -393,7 +392,7 @@ def run_recipe(options: type, recipe: Recipe, plan: Callable[[Any, Any, Any, str
     """A per-device probe child: the devices --device names, the groups planned (`plan(opts, jax, np, platform)`:
     the groups, the sweep note and the plan event's extra fields), then each group measured and its cells emitted."""
     from devctl.model import to_jsonable
-    from devctl.probe.transfer_devices import device_info
+    from devctl.probe.bench_devices import device_info
 
     def body(opts: Any, jax: Any, np: Any) -> dict:
         local = local_devices(jax)

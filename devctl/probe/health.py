@@ -11,7 +11,7 @@ cannot take the health child with it.
 Events (child -> parent):
   phase  {kind, name}          before each step; the last unfinished one names a crash or hang
   trial  {DeviceTrial}         one compute or transfer verdict
-  cell   {Cell}                the bench's h2d cells (emitted by devctl.probe.transfer.Bench)
+  cell   {Cell}                the bench's h2d cells (emitted by devctl.probe.bench_transfer.Bench)
   bandwidth_error {error}      the bench could not run
   done   {devices}
 """
@@ -287,7 +287,7 @@ def _bandwidth(jax, np, emit, *, all_devices: bool) -> None:
     try:
         # The bench's own method (fresh sources, warm-ups, verified bytes), cut to one size.
         from devctl.model.bench_transfer import TransferOptions
-        from devctl.probe.transfer import Bench
+        from devctl.probe.bench_transfer import Bench
 
         opts = TransferOptions(
             directions=("h2d",),

@@ -1,4 +1,4 @@
-"""Probe child for `devctl bench transfer` (`python -m devctl.probe.transfer '<TransferOptions as JSON>'`): the
+"""Probe child for `devctl bench transfer` (`python -m devctl.probe.bench_transfer '<TransferOptions as JSON>'`): the
 cells run, each transfer timed, verified and set against its roof. Events as every bench child's
 (devctl.probe.bench), with `roof` {MemcpyRoof} once per size and `done` {pcie, pcie_reason}.
 
@@ -8,8 +8,8 @@ source for every repetition (wherever JAX would cache or consume it) and any cel
 call; any other in bursts (at most BURST_MEMORY_BYTES of results in flight). The result of a call timed alone
 says the bytes moved: an alias of the source is zero-copy, with no bandwidth.
 
-Beside it, by job: transfer_plan (which cells, on which devices), transfer_recipes (how each moves its bytes),
-transfer_measure (host buffers, aliasing), transfer_links (the PCIe roof) and transfer_devices (device facts).
+Beside it, by job: bench_transfer_plan (which cells, on which devices), bench_transfer_recipes (how each moves
+its bytes), bench_transfer_buffers (host buffers, aliasing) and bench_transfer_links (the PCIe roof).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from dataclasses import replace
 from devctl.model import bench_transfer as m
 from devctl.model import to_jsonable
 from devctl.probe.bench import MIN_CALLS, environment, failure_note, run_child, time_interleaved
+from devctl.probe.bench_devices import device_free_bytes, device_info, device_name, host_available_bytes, memory_kinds
+from devctl.probe.bench_transfer_buffers import HostBuffers, moved_bytes, ranges
+from devctl.probe.bench_transfer_links import LINK_SAMPLE_MIN_BYTES, read_nvml_links, sample_link
+from devctl.probe.bench_transfer_plan import DEVICE_COPIES, Plan, Spec, devices_involved, zero_copy_note
+from devctl.probe.bench_transfer_recipes import Recipes, Transfer
 from devctl.probe.channel import emit, exit_child
-from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name, memory_kinds
-from devctl.probe.transfer_links import LINK_SAMPLE_MIN_BYTES, read_nvml_links, sample_link
-from devctl.probe.transfer_measure import HostBuffers, host_available_bytes, moved_bytes, ranges
-from devctl.probe.transfer_plan import DEVICE_COPIES, Plan, Spec, devices_involved, zero_copy_note
-from devctl.probe.transfer_recipes import Recipes, Transfer
 from devctl.units import format_bytes
 
 # The memcpy roof is the best of at least this many copies over at least this long: on a shared machine some

@@ -1,4 +1,4 @@
-"""Probe child for `devctl bench collective` (`python -m devctl.probe.collective '<CollectiveOptions as JSON>'`).
+"""Probe child for `devctl bench collective` (`python -m devctl.probe.bench_collective '<CollectiveOptions as JSON>'`).
 Events as every bench child's (devctl.probe.bench), with `hosts` {figures} (--distributed, process 0: every
 process's own medians), `done` {sweep_note} and error kind `join`.
 
@@ -6,7 +6,7 @@ Method (as nccl-tests and a JAX user would time a collective): each cell's jit(s
 and compiled once, untimed; its input is created on the devices, never copied from the host in the timing; then
 the engine times it (devctl.probe.bench.time_interleaved: a latency cell call by call, a bandwidth cell in bursts).
 With --distributed every choice that depends on a timing is process 0's
-(devctl.probe.collective_cluster.Agreement), so every process runs the same calls.
+(devctl.probe.bench_collective_cluster.Agreement), so every process runs the same calls.
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ from devctl.probe.bench import (
     single_call,
     time_interleaved,
 )
-from devctl.probe.channel import emit, exit_child
-from devctl.probe.collective_cluster import Agreement, join_cluster, leave
-from devctl.probe.collective_ops import (
+from devctl.probe.bench_collective_cluster import Agreement, join_cluster, leave
+from devctl.probe.bench_collective_ops import (
     Layout,
     axis_groups,
     build_mesh,
@@ -43,8 +42,8 @@ from devctl.probe.collective_ops import (
     make_input,
     output_is_right,
 )
-from devctl.probe.transfer_devices import device_free_bytes, device_info, device_name
-from devctl.probe.transfer_measure import host_available_bytes
+from devctl.probe.bench_devices import device_free_bytes, device_info, device_name, host_available_bytes
+from devctl.probe.channel import emit, exit_child
 from devctl.units import format_bytes, format_seconds, format_size_short
 
 # Outputs a burst may have in flight at once (calls of a burst whose outputs are not chained each allocate one).

@@ -9,7 +9,7 @@ from typing import Any
 
 from devctl.model import bench_transfer as m
 from devctl.probe.bench import find_device, local_devices
-from devctl.probe.transfer_devices import device_free_bytes, device_name, memory_kinds
+from devctl.probe.bench_devices import device_free_bytes, device_name, memory_kinds
 from devctl.units import format_bytes, format_size_short
 
 

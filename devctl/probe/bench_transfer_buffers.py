@@ -64,12 +64,3 @@ def overlaps(a: list, b: list) -> bool:
 def moved_bytes(result: list, sources: list) -> int:
     """Bytes of the result that are not the source's own memory."""
     return sum(n for p, n in result if not overlaps([(p, n)], sources))
-
-
-def host_available_bytes() -> int | None:
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    except Exception:
-        return None

@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 
 from devctl.model import bench_transfer as m
-from devctl.probe.transfer_devices import device_name
+from devctl.probe.bench_devices import device_name
 
 # Read the PCIe link state after transfers at least this large (small ones may not wake a power-saving link).
 LINK_SAMPLE_MIN_BYTES = 1 << 20

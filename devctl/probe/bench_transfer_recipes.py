@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from devctl.probe.transfer_measure import HostBuffers, overlaps, ranges
-from devctl.probe.transfer_plan import Spec
+from devctl.probe.bench_transfer_buffers import HostBuffers, overlaps, ranges
+from devctl.probe.bench_transfer_plan import Spec
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The facts `devctl bench transfer` reports about each jax device and the software around it."""
+"""The facts every bench child reports about each jax device, the memory free on it and on the host, and the
+software around it."""
 
 from __future__ import annotations
 
@@ -51,5 +52,14 @@ def dist_version(dist: str) -> str | None:
         from importlib.metadata import version
 
         return version(dist)
+    except Exception:
+        return None
+
+
+def host_available_bytes() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
     except Exception:
         return None
