@@ -204,6 +204,9 @@ out = {"first": first, "calls": copy.calls, "ran": (copy.last_problem() is None)
        "on": copy.bufs[0].devices() == {jax.devices()[1]} and copy.bufs[1].devices() == {jax.devices()[1]}}
 copy.calls += 1  # as if a call had been skipped (or two merged into one): the array is one short
 out["one_short"] = (copy.last_problem() is None)
+copy.calls -= 1
+copy.bufs[0] = copy.bufs[0].at[12345].add(1)  # one element of the last result wrong
+out["one_wrong"] = (copy.last_problem() is None)
 print(json.dumps(out))
 """
 
@@ -211,7 +214,7 @@ print(json.dumps(out))
 def test_the_calls_of_a_burst_each_read_the_last_result_and_all_ran():
     """A burst on a real CPU device: 1 + 7 + 3 calls leave x + 11 in the array, in the same two buffers (each call
     read what the one before wrote, into the donated other), on the device asked; one call fewer than counted is
-    caught."""
+    caught, as is one wrong element."""
     import subprocess
     import sys
 
@@ -221,7 +224,7 @@ def test_the_calls_of_a_burst_each_read_the_last_result_and_all_ran():
     assert out["first"] is True and out["calls"] == 11 and out["ran"] is True
     assert out["in_place"] is True and out["max_burst"] is None and out["same_buffers"] is True
     assert out["on"] is True
-    assert out["one_short"] is False
+    assert out["one_short"] is False and out["one_wrong"] is False
 
 
 def test_the_burst_length_is_calibrated_to_the_target():

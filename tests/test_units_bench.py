@@ -788,6 +788,42 @@ def test_a_burst_of_independent_calls_waits_on_every_result_and_a_chain_on_its_l
     assert waited == [7]
 
 
+@pytest.mark.parametrize("direction", ["h2d", "d2h", "d2d-self"])
+def test_a_transfers_verification_refuses_a_wrong_result(direction):
+    """Each direction's real transfer on JAX CPU devices, its result then corrupted as a faulty path would: one
+    flipped bit at offset 4099, the last 13 bytes missing, bytes one period of the pattern off. Each is refused;
+    the untouched transfer passes."""
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from devctl.probe.bench_transfer import Bench
+    from devctl.probe.bench_transfer_buffers import PATTERN_PERIOD, HostBuffers
+
+    size = 2 * PATTERN_PERIOD + 4099
+    bench = Bench(TransferOptions(directions=(direction,), sizes_bytes=(size,)), jax, np)
+    bench.resolve()
+    spec = bench.plan()[0][0]
+    host = HostBuffers(np, size)
+    transfer = bench._transfer(spec, host)
+    assert bench._verify(transfer, host, spec) is True
+
+    def flipped(a):
+        out = np.array(a).reshape(-1)
+        out[4099] ^= 0x10
+        return out
+
+    wrong = {
+        "a flipped bit": flipped,
+        "13 bytes short": lambda a: np.array(a).reshape(-1)[:-13],
+        "a shifted copy": lambda a: np.roll(np.array(a).reshape(-1), PATTERN_PERIOD),
+    }
+    for what, corrupt in wrong.items():
+        bad = dataclasses.replace(transfer, op=lambda arg, corrupt=corrupt: corrupt(transfer.op(arg)))
+        assert bench._verify(bad, host, spec) is False, what
+
+
 @pytest.mark.parametrize("direction", ["d2d-self", "h2d"])
 def test_a_burst_of_real_transfers_gives_every_timing_field_and_the_bytes_moved(direction):
     """The burst and the call-by-call timing of a transfer, on real JAX CPU devices (where devctl itself times call by call: the
