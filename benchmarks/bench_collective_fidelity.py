@@ -253,7 +253,10 @@ from devctl.probe.bench_collective_ops import compiled_collective, elements, mak
 hand = {"__name__": "hand_loop"}
 exec(compile(HAND_LOOP, "hand_loop", "exec"), hand)
 size, samples, warmups = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-bench = Bench(CollectiveOptions(repeats=1, warmups=0, budget_s=0.0), jax, np, Agreement())
+from jax._src import distributed
+state = distributed.global_state
+# Every choice devctl's timing makes (a burst's length, when to stop) is process 0's, as in the probe child.
+bench = Bench(CollectiveOptions(repeats=1, warmups=0, budget_s=0.0), jax, np, Agreement(state.client, state.process_id, 2, 60.0))
 bench.resolve()
 axis = next(a for a in bench.axes if a.name == "hosts")
 calls = hand["hand_calls"](size, (("hosts", 2), ("local", len(jax.devices()) // 2)))
