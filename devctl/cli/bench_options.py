@@ -33,7 +33,7 @@ def device_option(help: str) -> Any:
 DeviceOpt = Annotated[
     Optional[list[str]],
     device_option(
-        "Device(s) to measure, taking turns call by call: a JAX id or platform:id (0, cpu:1, cuda:0), "
+        "Device(s) to measure, taking turns sample by sample: a JAX id or platform:id (0, cpu:1, cuda:0), "
         "repeatable or comma-separated, or all (the default: every local device, so they can be compared)."
     ),
 ]

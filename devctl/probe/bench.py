@@ -267,8 +267,7 @@ def time_interleaved(
     to stop) goes through `agree`: with several processes calling one collective, each must make the same calls, so
     process 0's choice is every process's (devctl.probe.bench_collective_cluster.Agreement.agree).
     """
-    alone = {k: (timed_alone or {}).get(k) or partial(single_call, call) for k, call in calls.items() if call is not None}
-    alone.update(timed_alone or {})
+    alone = {k: partial(single_call, call) for k, call in calls.items() if call is not None} | (timed_alone or {})
     for k in calls:
         for _ in range(max(opts.warmups - warmed, 0)):
             # One warm-up longer than the whole time budget has warmed all there is.
