@@ -97,3 +97,9 @@ def quoted(value: object) -> str:
         return shown(value)
     text = repr(value)
     return text if len(text) <= 120 else f"{text[:120]}... ({len(text)} characters)"
+
+
+def first_line(e: BaseException) -> str:
+    """An exception's message in one line (its first), or its type's name where it has none."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

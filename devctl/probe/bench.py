@@ -38,6 +38,7 @@ from devctl.model.bench_transfer import TransferOptions
 from devctl.model.timing import sample_stats, single_timing
 from devctl.probe.bench_devices import device_free_bytes, device_name, dist_version, host_available_bytes
 from devctl.probe.channel import emit, read_request
+from devctl.text import first_line
 from devctl.units import format_bytes
 
 # Above this many samples a cell has said all it can.
@@ -95,11 +96,6 @@ def local_devices(jax) -> list:
         return list(jax.local_devices())
     except Exception as e:  # no backend could start: the parent reports it in one line
         raise ChildProblem(f"JAX found no usable device: {type(e).__name__}: {first_line(e)}") from e
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def find_device(local: list, ref: Any, flag: str) -> Any:

@@ -26,7 +26,6 @@ from devctl.probe.bench import (
     UsageProblem,
     environment,
     failure_note,
-    first_line,
     run_child,
     single_call,
     time_interleaved,
@@ -44,6 +43,7 @@ from devctl.probe.bench_collective_ops import (
 )
 from devctl.probe.bench_devices import device_free_bytes, device_info, device_name, host_available_bytes
 from devctl.probe.channel import emit, exit_child
+from devctl.text import first_line
 from devctl.units import format_bytes, format_seconds, format_size_short
 
 # Outputs a burst may have in flight at once (calls of a burst whose outputs are not chained each allocate one).

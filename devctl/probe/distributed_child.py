@@ -27,6 +27,7 @@ from devctl.probe.distributed_runtime import (
     join,
     prefer_gloo,
 )
+from devctl.text import first_line
 
 # Non-zero processes wait for process 0's verdict this much longer than its gather lasts.
 _VERDICT_MARGIN_S = 3
@@ -61,7 +62,7 @@ def main() -> None:
         join(jax, distributed, request, timeout_s, deadline)
     except (ValueError, TypeError) as e:
         # JAX's own checks of the parameters it auto-detected or was given.
-        _fail("usage", f"distributed: JAX found no complete cluster to join ({_first_line(e).rstrip('.')}): {_HOW_TO_JOIN}")
+        _fail("usage", f"distributed: JAX found no complete cluster to join ({first_line(e).rstrip('.')}): {_HOW_TO_JOIN}")
     except Exception as e:
         _fail("join", _join_error(e, request))
     joined.set()
@@ -74,8 +75,8 @@ def main() -> None:
 def _join_error(e: Exception, request: dict) -> str:
     if "Failed to start RPC server" in str(e):  # process 0 could not listen on the coordinator's port
         port = str(request.get("coordinator") or "").rpartition(":")[2] or "?"
-        return f"distributed: process 0 could not start the coordinator ({_first_line(e)}): is port {port} in use on this host? choose another"
-    return f"distributed: could not join the cluster: {type(e).__name__}: {_first_line(e)}"
+        return f"distributed: process 0 could not start the coordinator ({first_line(e)}): is port {port} in use on this host? choose another"
+    return f"distributed: could not join the cluster: {type(e).__name__}: {first_line(e)}"
 
 
 _HOW_TO_JOIN = (
@@ -100,7 +101,7 @@ def _roll_call(client, me: int, n: int, request: dict, timeout_s: float) -> None
         client.wait_at_barrier(_ROLL_CALL_BARRIER, _ms(timeout_s))
         views = {int(k.rsplit("/", 1)[1]): json.loads(v) for k, v in client.key_value_dir_get(_VIEW_DIR)}
     except Exception as e:
-        _fail("join", f"distributed: process {me}: not every process answered devctl's roll call within {timeout_s:g} s of joining ({_first_line(e)})")
+        _fail("join", f"distributed: process {me}: not every process answered devctl's roll call within {timeout_s:g} s of joining ({first_line(e)})")
     message = count_mismatch(views)
     if message is None:
         return
@@ -241,11 +242,6 @@ def _fail(kind: str, message: str) -> None:
     emit("error", kind=kind, message=message)
     release_runtime()
     os._exit(1)  # never run JAX's atexit shutdown: it waits for peers that may not exist
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _redirect_output(path: str | None) -> None:
