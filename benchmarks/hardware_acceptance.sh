@@ -10,7 +10,8 @@
 # the repository root with PYTHONPATH=$PWD, so the checkout's devctl is what runs. It never stops
 # at a failure and never waits forever: each command runs under `timeout` (CMD_TIMEOUT seconds,
 # default 300; PYTEST_TIMEOUT for `pytest -m gpu`, default 1800), with stdin from /dev/null.
-# PYTHON picks the interpreter (default python3); MAX_LINES caps each command's output in the
+# PYTHON picks the interpreter (default python3); WHEELS, a folder of wheels for the test extras the
+# GPU tests need (jsonschema), where the machine lacks them; MAX_LINES caps each command's output in the
 # report (default 400: its first and last lines are kept). Exit status: 0 when every command
 # exited 0, else 1; the report is written either way.
 set -u
@@ -134,7 +135,17 @@ run "python3 -m devctl doctor" "$CMD_TIMEOUT" "$PY" -m devctl doctor
 # GPM under a matmul loop). Its rows also go to REPORT's name with -acceptance.json for .md.
 run "python3 benchmarks/gpu_acceptance.py" "${ACCEPTANCE_TIMEOUT:-600}" "$PY" benchmarks/gpu_acceptance.py --json "${REPORT%.md}-acceptance.json"
 
-# The tests that need a real NVIDIA GPU (they skip elsewhere).
+# The tests that need a real NVIDIA GPU (they skip elsewhere). They validate every JSON document against its schema
+# with jsonschema, a test extra a GPU machine's preinstalled stack may lack: WHEELS=DIR installs it from wheels
+# carried along (pip download jsonschema attrs rpds-py referencing jsonschema-specifications typing-extensions),
+# under this run's work directory. Without it, one row says what is missing before pytest fails on it.
+if ! "$PY" -c "import jsonschema" >/dev/null 2>&1; then
+    if [ -n "${WHEELS:-}" ]; then
+        run "pip install jsonschema from $WHEELS" 120 "$PY" -m pip install -q --no-index --find-links "$WHEELS" --target "$WORK/deps" jsonschema
+        export PYTHONPATH="$PYTHONPATH:$WORK/deps"
+    fi
+    run "the test extras import" 30 "$PY" -c "import jsonschema"
+fi
 run "python3 -m pytest -m gpu" "$PYTEST_TIMEOUT" "$PY" -m pytest -m gpu -rA -p no:cacheprovider
 
 write_report
