@@ -22,8 +22,9 @@ class Transfer:
     # after it, because touching a fresh array first (even its buffer pointer) warms caches that
     # np.asarray would fill inside the timing, and would flatter a d2h by ~10 us.
     consumes_source: bool = False
-    # Starts one repetition and returns its result without waiting (the bench waits on the last of a burst; the
-    # bytes moved are read from calls of `op` timed alone). None: each repetition needs a fresh input (a donated
+    # Starts one repetition and returns its result without waiting (a burst waits on every result where the calls
+    # copy one fixed source, _Independent; on the last where each copies the one before's, _chained; the bytes
+    # moved are read from calls of `op` timed alone). None: each repetition needs a fresh input (a donated
     # source, a device array whose host copy JAX caches), and the cell is timed call by call.
     burst: Callable[[], Any] | None = None
 
@@ -71,7 +72,7 @@ class Recipes:
             # bursts; timed alone, the pinned result is read as numpy, as a program does.
             to_pinned = SingleDeviceSharding(spec.src, memory_kind="pinned_host")
             start = lambda: jax.device_put(master, to_pinned, may_alias=False)
-            return Transfer(lambda _: np.asarray(start().block_until_ready()), sources=lambda _: ranges(master), burst=start)
+            return Transfer(lambda _: np.asarray(start().block_until_ready()), sources=lambda _: ranges(master), burst=_Independent(start))
         else:  # async
 
             def op(a):
