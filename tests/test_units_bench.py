@@ -9,9 +9,13 @@ short of memory) as data. Nothing here imports jax or starts a process.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
+from conftest import devctl_env
 
 from devctl.model import bench_transfer as m
 from devctl.model import gate
@@ -846,6 +850,39 @@ def test_a_transfers_verification_refuses_a_wrong_result(direction):
     for what, corrupt in wrong.items():
         bad = dataclasses.replace(transfer, op=lambda arg, corrupt=corrupt: corrupt(transfer.op(arg)))
         assert bench._verify(bad, host, spec) is False, what
+
+
+_REPLICATED_COPY_LOST = r"""
+import dataclasses, json
+import jax, numpy as np
+from devctl.model.bench_transfer import TransferOptions
+from devctl.probe.bench_transfer import Bench
+from devctl.probe.bench_transfer_buffers import HostBuffers
+
+bench = Bench(TransferOptions(directions=("h2d", "d2d"), layouts=("replicated",), sizes_bytes=(1 << 20,)), jax, np)
+bench.resolve()
+seen = {}
+for spec in bench.plan()[0]:
+    host = HostBuffers(np, 1 << 20)
+    transfer = bench._transfer(spec, host)
+
+    def last_copy_zeroed(arg, op=transfer.op):
+        out = op(arg)
+        copies = [s.data for s in out.addressable_shards]
+        copies[-1] = jax.device_put(np.zeros(out.shape, out.dtype), list(copies[-1].devices())[0])
+        return jax.make_array_from_single_device_arrays(out.shape, out.sharding, copies)
+
+    seen[spec.direction] = [bench._verify(transfer, host, spec), bench._verify(dataclasses.replace(transfer, op=last_copy_zeroed), host, spec)]
+print(json.dumps(seen))
+"""
+
+
+def test_a_replicated_transfer_is_verified_on_every_device():
+    """A replicated put onto 4 real JAX CPU devices (h2d, and d2d: a broadcast from the first device) whose last copy
+    arrived as zeros is refused: np.asarray reads one copy, and d2d's first is the source itself."""
+    proc = subprocess.run([sys.executable, "-c", _REPLICATED_COPY_LOST], env=devctl_env(4), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"h2d": [True, False], "d2d": [True, False]}
 
 
 @pytest.mark.parametrize("direction", ["d2d-self", "h2d"])

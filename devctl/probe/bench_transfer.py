@@ -169,12 +169,14 @@ class Bench(Plan, Recipes):
     # ---- timing, verification, statistics -------------------------------------------------------
 
     def _verify(self, transfer: Transfer, host: HostBuffers, spec: Spec) -> bool:
-        """One untimed repetition whose bytes are compared with what was sent."""
+        """One untimed repetition whose bytes are compared with what was sent: every copy of a replicated result
+        (np.asarray reads one, and a d2d broadcast's first is the source itself, which stays home)."""
         np = self.np
         out = transfer.op(transfer.prepare())
-        got = np.asarray(out).reshape(-1)
-        ok = got.shape[0] == spec.size and bool(np.array_equal(got, host.pattern[: spec.size]))
-        del out, got
+        copies = [s.data for s in out.addressable_shards] if spec.layout == "replicated" and hasattr(out, "addressable_shards") else [out]
+        want = host.pattern[: spec.size]
+        ok = all(got.shape[0] == spec.size and bool(np.array_equal(got, want)) for got in (np.asarray(c).reshape(-1) for c in copies))
+        del out, copies
         return ok
 
     def _burst_limit(self, spec: Spec, transfer: Transfer) -> int:
