@@ -233,3 +233,28 @@ def test_every_collectives_verification_refuses_a_wrong_result(collective, posit
     values = [1, 2, 3]
     assert block_is_right(np, collective, position, values, np.asarray(right, dtype=np.float32), pair)
     assert not block_is_right(np, collective, position, values, np.asarray(wrong, dtype=np.float32), pair)
+
+
+_NOTHING_MOVED = r"""
+import json
+import jax, numpy as np
+from devctl.probe.bench_collective_ops import build_mesh, compiled_collective, make_input, output_is_right
+layout = build_mesh(jax, np, jax.devices(), (("data", 2), ("model", 7)))
+seen = {}
+for axis, n in (("data", 2), ("model", 7)):
+    for collective in ("ppermute", "all-to-all", "all-reduce"):
+        x = make_input(jax, layout, 14 * 8, "float32", axis)  # whole chunks for all-to-all on either axis
+        out = compiled_collective(jax, layout, collective, axis, n, x)(x)
+        seen[f"{collective} on {axis}"] = [output_is_right(np, layout, axis, collective, out), output_is_right(np, layout, axis, collective, x)]
+print(json.dumps(seen))
+"""
+
+
+def test_a_collective_that_moved_nothing_is_refused_on_every_axis_of_a_mesh():
+    """On 14 real CPU devices as a data=2 x model=7 mesh, each collective's real output passes and its input handed
+    back unchanged (nothing moved) is refused, on both axes: the devices of a `data` group sit 7 apart in the mesh,
+    where values taken from the mesh index once repeated (every group's devices held the same value)."""
+    proc = subprocess.run([sys.executable, "-c", _NOTHING_MOVED], env=cpu_env(14), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert seen == {f"{c} on {a}": [True, False] for a in ("data", "model") for c in ("ppermute", "all-to-all", "all-reduce")}

@@ -241,7 +241,7 @@ class Bench:
         assert self.layout is not None  # resolve() made it
         x = compiled = None
         try:
-            x = make_input(self.jax, self.layout, local_elements, dtype)
+            x = make_input(self.jax, self.layout, local_elements, dtype, axis.name)
             t0 = time.perf_counter()
             compiled = compiled_collective(self.jax, self.layout, "ppermute-pair" if pair else collective, axis.name, axis.size, x, pair)
             compile_s = time.perf_counter() - t0

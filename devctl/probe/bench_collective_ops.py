@@ -95,27 +95,32 @@ def compiled_collective(jax, layout: Layout, collective: str, axis: str, n: int,
     return jax.jit(fn).lower(x).compile()
 
 
-# Each device's input block holds one value, its block's index in the mesh (row-major) mod 7, plus 1: small
-# integers, exact in every dtype measured (int8 and bfloat16 included) even summed over 36 ranks, and different
-# from device to device, so a collective that moved the wrong block, or none, gives a wrong result.
+# Each device's input block holds one value: its position along the axis measured, mod 7, plus 1. Small integers,
+# exact in every dtype measured (int8 and bfloat16 included) even summed over 36 ranks; different in every group of
+# up to 7 devices and between neighbours in every group, so a collective that moved the wrong block, or none, gives
+# a wrong result. (From the block's index in the whole mesh, the devices of a group on an axis whose stride is a
+# multiple of 7 all held the same value, and a collective that moved nothing passed.)
 _VALUES = 7
 
 
-def block_value(index: int) -> int:
-    return index % _VALUES + 1
+def block_value(position: int) -> int:
+    return position % _VALUES + 1
 
 
-def make_input(jax, layout: Layout, local_elements: int, dtype: str):
+def make_input(jax, layout: Layout, local_elements: int, dtype: str, axis: str):
     """The sharded input, created on the devices themselves (no host copy; every process of a cluster makes its own
-    shards the same way): each device's block filled with block_value of its index."""
+    shards the same way): each device's block filled with block_value of its position along `axis`."""
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
 
     blocks = math.prod(layout.shape)
+    k = layout.names.index(axis)
+    stride, size = math.prod(layout.shape[k + 1 :]), layout.shape[k]  # blocks are in row-major mesh order
     sharding = NamedSharding(layout.mesh, layout.spec())
 
     def make():
-        values = (jnp.arange(blocks, dtype=jnp.int32) % _VALUES + 1).astype(jnp.dtype(dtype))
+        position = jnp.arange(blocks, dtype=jnp.int32) // stride % size
+        values = (position % _VALUES + 1).astype(jnp.dtype(dtype))
         return jnp.broadcast_to(values[:, None], (blocks, local_elements)).reshape(blocks * local_elements)
 
     x = jax.jit(make, out_shardings=sharding)()
@@ -154,9 +159,7 @@ def block_is_right(np, collective: str, position: int, values: list[int], block,
 
 def output_is_right(np, layout: Layout, axis: str, collective: str, out, pair: tuple[int, int] | None = None) -> bool:
     """Every output block this process holds checked against its group's inputs (block_is_right)."""
-    flat = list(np.asarray(layout.mesh.devices).flat)
-    value = {d: block_value(i) for i, d in enumerate(flat)}
-    where = {d: (i, [value[g] for g in group]) for group in axis_groups(layout, np, axis) for i, d in enumerate(group)}
+    where = {d: (i, [block_value(j) for j in range(len(group))]) for group in axis_groups(layout, np, axis) for i, d in enumerate(group)}
     for shard in out.addressable_shards:
         position, values = where[shard.device]
         if not block_is_right(np, collective, position, values, shard.data.reshape(-1), pair):
