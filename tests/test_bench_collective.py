@@ -258,3 +258,36 @@ def test_a_collective_that_moved_nothing_is_refused_on_every_axis_of_a_mesh():
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.splitlines()[-1])
     assert seen == {f"{c} on {a}": [True, False] for a in ("data", "model") for c in ("ppermute", "all-to-all", "all-reduce")}
+
+
+def test_a_cell_skipped_on_one_process_alone_does_not_shift_the_agreed_questions():
+    """Under --distributed every process asks process 0 the same questions in the same order. A cell skipped on one
+    process alone (an exception after the collective ran) must not change how many it asks: the default sweep's
+    stop is asked at every size, with or without a prediction."""
+    from types import SimpleNamespace
+
+    from devctl.probe.bench_collective import Bench, Series
+
+    def questions(skip_second: bool) -> list:
+        asked: list = []
+        bench = Bench.__new__(Bench)
+        bench.opts = SimpleNamespace(sizes_bytes=None, warmups=1, repeats=5, cell_cap_s=1e9, dtypes=("float32",))
+        bench.agreement = SimpleNamespace(agree=lambda value: asked.append(value) or value)
+        bench.sweep_notes = []
+        made = iter(range(1, 100))
+
+        def cell(collective, axis, size, dtype, **_):
+            asked.append("room")  # _cell's own question (whether the size fits)
+            n = next(made)
+            skipped = skip_second and n == 2
+            return m.CollectiveCell(collective, "d", 2, size, dtype, skipped=skipped, **({} if skipped else {"median_s": 1e-4 * n, "samples": 5}))
+
+        bench._cell = cell
+        series = Series()
+        for size in m.DEFAULT_SIZES[:5]:
+            bench._sweep_cell(series, "all-reduce", SimpleNamespace(name="d"), size, "float32")
+        return asked
+
+    everywhere, one_skipped = questions(False), questions(True)
+    assert len(everywhere) == len(one_skipped) == 10
+    assert [q == "room" for q in everywhere] == [q == "room" for q in one_skipped]

@@ -258,6 +258,65 @@ def test_the_burst_length_is_calibrated_to_the_target():
     assert choose_calls(cold_then_warm, 8, target_s=0.02) == 8 and first[:2] == [2, 2]
 
 
+def test_long_warm_ups_keep_the_watchdog_told(monkeypatch):
+    """Warm-ups are work too: while many of them run (here 2 cells x 20 calls of 10 ms), the engine tells the parent's
+    watchdog every HEARTBEAT_S, or a healthy child would be killed as a hung one before its first timed call."""
+    import time
+
+    import devctl.probe.bench as engine
+    from devctl.model.bench import ChipOptions
+
+    calls: list[int] = []
+    ticks_after: list[int] = []  # calls made when each tick was sent
+    monkeypatch.setattr(engine, "emit", lambda event, **_: event == "tick" and ticks_after.append(len(calls)))
+    monkeypatch.setattr(engine, "HEARTBEAT_S", 0.02)
+
+    class Slow:
+        def block_until_ready(self):
+            time.sleep(0.01)
+            return self
+
+    def call():
+        calls.append(1)
+        return Slow()
+
+    engine.time_interleaved({"a": call, "b": call}, ChipOptions(repeats=2, min_time_s=0.0, warmups=20))
+    assert any(n < 40 for n in ticks_after), ticks_after  # some before the 40 warm-ups were over
+
+
+def test_a_child_that_breaks_mid_run_says_why_in_one_error_event(monkeypatch):
+    """What no cell caught (a backend lost mid-run) is one `error` event with its first line, and exit 1: never a
+    traceback the parent cannot read."""
+    from types import SimpleNamespace
+
+    import devctl.probe.bench as engine
+
+    events: list[tuple[str, dict]] = []
+    monkeypatch.setattr(engine, "emit", lambda event, **fields: events.append((event, fields)))
+    monkeypatch.setattr(engine, "read_request", lambda: {})
+
+    def body(opts, jax, np):
+        raise RuntimeError("INTERNAL: the device was lost\nmore detail")
+
+    assert engine.run_child(SimpleNamespace(from_request=lambda request: request), body) == 1
+    assert events == [("error", {"kind": "backend", "message": "RuntimeError: INTERNAL: the device was lost"})]
+
+
+def test_a_process_0_that_never_answers_is_named():
+    """Under --distributed a process waits for process 0's choice a bounded time, then stops with a line naming it."""
+    from types import SimpleNamespace
+
+    from devctl.probe.bench import ChildProblem
+    from devctl.probe.bench_collective_cluster import Agreement
+
+    def never(key, wait_ms):
+        raise RuntimeError(f"DEADLINE_EXCEEDED: {key} not found after {wait_ms} ms")
+
+    agreement = Agreement(SimpleNamespace(blocking_key_value_get=never), me=1, n=2, timeout_s=1)
+    with pytest.raises(ChildProblem, match=r"process 0 gave no answer within 121 s .*DEADLINE_EXCEEDED"):
+        agreement.agree(True)
+
+
 def test_a_cell_s_figures_are_per_call_and_its_overhead_is_paired_and_never_negative():
     from devctl.probe.bench import Timing, burst_limit
 

@@ -87,6 +87,9 @@ def run_child(options: Any, body: Callable[[Any, Any, Any], dict]) -> int:
     except ChildProblem as e:
         emit("error", kind=e.kind, message=str(e))
         return e.code
+    except Exception as e:  # what no cell caught (a backend lost mid-run): one line, and this child's own exit
+        emit("error", kind="backend", message=f"{type(e).__name__}: {first_line(e)}")
+        return 1
     emit("done", **done, elapsed_s=round(time.monotonic() - started, 3))
     return 0
 
@@ -264,11 +267,15 @@ def time_interleaved(
     process 0's choice is every process's (devctl.probe.bench_collective_cluster.Agreement.agree).
     """
     alone = {k: partial(single_call, call) for k, call in calls.items() if call is not None} | (timed_alone or {})
+    last_beat = time.perf_counter()
     for k in calls:
         for _ in range(max(opts.warmups - warmed, 0)):
             # One warm-up longer than the whole time budget has warmed all there is.
             if agree(alone[k]() >= max(opts.min_time_s, 1.0)):
                 break
+            if time.perf_counter() - last_beat >= HEARTBEAT_S:  # many warm-ups are work the watchdog must hear of
+                emit("tick", samples=0)
+                last_beat = time.perf_counter()
     emit("tick", samples=0)
     names = list(calls)
     gc.collect()

@@ -194,13 +194,15 @@ class Bench:
         if series.stopped:
             return None
         predicted = series.predict(size)
-        if self.opts.sizes_bytes is None and predicted is not None:
-            cost = predicted * (max(self.opts.warmups, 1) + self.opts.repeats)
-            if self.agreement.agree(cost > self.opts.cell_cap_s):
-                series.stopped = True
-                where = f"{collective} on {axis.name}" + (f" ({dtype})" if len(self.opts.dtypes) > 1 else "")
-                self.sweep_notes.append(f"{where} after {format_size_short(series.points[-1][0])} (about {format_seconds(cost)})")
-                return None
+        cost = predicted * (max(self.opts.warmups, 1) + self.opts.repeats) if predicted is not None else None
+        # Asked once per cell whatever this process measured so far (a cell skipped here alone must not shift which
+        # of process 0's answers the next question reads); process 0's cost is the one said.
+        stop = self.agreement.agree([self.opts.sizes_bytes is None and cost is not None and cost > self.opts.cell_cap_s, cost])
+        if stop[0]:
+            series.stopped = True
+            where = f"{collective} on {axis.name}" + (f" ({dtype})" if len(self.opts.dtypes) > 1 else "")
+            self.sweep_notes.append(f"{where} after {format_size_short(series.points[-1][0]) if series.points else 'its first size'} (about {format_seconds(stop[1])})")
+            return None
         cell = self._cell(collective, axis, size, dtype)
         if not cell.skipped and cell.median_s:
             series.points.append((cell.size_bytes, cell.median_s))

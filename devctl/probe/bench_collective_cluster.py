@@ -14,6 +14,9 @@ import socket
 import time
 from typing import Any
 
+from devctl.probe.bench import ChildProblem
+from devctl.text import first_line
+
 _AGREE_KEY = "devctl/collective/agree/{}"
 _FIGURES_KEY = "devctl/collective/figures/{}"
 _LEAVE_BARRIER = "devctl/collective/leave"
@@ -37,7 +40,12 @@ class Agreement:
             self.client.key_value_set(key, json.dumps(value))
             return value
         wait_ms = int((self.timeout_s + _AGREE_WAIT_S) * 1000)
-        return json.loads(self.client.blocking_key_value_get(key, wait_ms))
+        try:
+            return json.loads(self.client.blocking_key_value_get(key, wait_ms))
+        except Exception as e:
+            raise ChildProblem(
+                f"distributed: process 0 gave no answer within {wait_ms / 1000:g} s (it stopped, or hangs): {type(e).__name__}: {first_line(e)}"
+            ) from e
 
     def gather(self, figures: list[dict]) -> list[dict] | None:
         """Every process's own figures, on process 0 (each with its process index and hostname); None elsewhere."""
