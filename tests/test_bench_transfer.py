@@ -252,7 +252,8 @@ def test_device_all_and_no_verify():
 
 
 def test_single_device_skips_d2d_with_a_note():
-    doc = bench("--sizes", "4K", "--repeats", "3", "--direction", "d2d", env=cpu_env(1))
+    # Beside another direction; d2d alone on one device is bad input (test_d2d_alone_on_one_device_is_bad_input).
+    doc = bench("--sizes", "4K", "--repeats", "3", "--direction", "h2d,d2d", env=cpu_env(1))
     c = one(doc, direction="d2d")
     assert c["skipped"] and c["gbps"] is None and c["samples"] == 0 and "2 devices" in c["note"]
 
@@ -622,3 +623,10 @@ def test_csv_is_one_row_per_cell_and_mesh_figures_say_they_are_aggregates():
     proc = run_devctl("bench", "transfer", "--quick", "--direction", "h2d", "--replicated", env=env)
     assert proc.returncode == 0, proc.stderr
     assert "replicated: GB/s is the aggregate over every device of the mesh" in " ".join(proc.stdout.split())
+
+
+def test_d2d_alone_on_one_device_is_bad_input():
+    """-d d2d on a host of one device has nothing to measure: a usage error that names the device and what does
+    measure it (d2d-self), not an empty run that exits 0."""
+    proc = run_devctl("bench", "transfer", "--quick", "-d", "d2d", env=devctl_env(1))
+    assert_usage_error(proc, "-d d2d copies between devices", "this host has one (cpu:0)", "-d d2d-self", "xla_force_host_platform_device_count")

@@ -692,8 +692,8 @@ def test_an_unknown_device_is_a_usage_problem_naming_the_devices_there():
 
 
 def test_one_device_plans_d2d_as_a_skipped_cell_with_a_reason():
-    b = planned([gpu(0)], directions=("d2d",), sizes_bytes=(MIB,))
-    (spec,) = b.plan()[0]
+    b = planned([gpu(0)], directions=("h2d", "d2d"), sizes_bytes=(MIB,))
+    (spec,) = (s for s in b.plan()[0] if s.direction == "d2d")  # d2d alone on one device is bad input (exit 2)
     assert spec.dst is None
     why = b._cannot_run(spec)
     assert why == "skipped: device-to-device needs at least 2 devices"
