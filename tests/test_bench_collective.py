@@ -291,3 +291,45 @@ def test_a_cell_skipped_on_one_process_alone_does_not_shift_the_agreed_questions
     everywhere, one_skipped = questions(False), questions(True)
     assert len(everywhere) == len(one_skipped) == 10
     assert [q == "room" for q in everywhere] == [q == "room" for q in one_skipped]
+
+
+_SWEEP_STOPPED = r"""
+import json
+import jax, numpy as np
+import devctl.probe.bench as engine
+import devctl.probe.bench_collective as child
+from devctl.model import bench_collective as m
+events = []
+child.emit = engine.emit = lambda event, **fields: events.append(dict(fields, event=event))
+m.SWEEP_CELL_CAP_S = 1e-9  # every prediction is over it: each series stops after the two sizes it predicts from
+bench = child.Bench(m.CollectiveOptions(repeats=2, warmups=1, budget_s=0.001), jax, np, child.Agreement())
+bench.resolve()
+bench.run()
+print(json.dumps([e for e in events if e["event"] in ("plan", "cell", "dropped")], default=str))
+"""
+
+
+def test_a_sweep_stopped_early_takes_its_cells_out_of_the_progress_total():
+    """The default sweep stops a collective where its next size would take too long: the child says how many planned
+    cells will not run, so the progress bar's total ends where the cells do (a run once ended at 46/50)."""
+    proc = subprocess.run([sys.executable, "-c", _SWEEP_STOPPED], env=cpu_env(4), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = json.loads(proc.stdout.splitlines()[-1])
+    planned = next(e["cells"] for e in events if e["event"] == "plan")
+    ran = sum(e["event"] == "cell" for e in events)
+    dropped = [e["cells"] for e in events if e["event"] == "dropped"]
+    collectives = len(m.CollectiveOptions().collectives)
+    assert ran == 2 * collectives and len(dropped) == collectives and planned == ran + sum(dropped)
+
+
+def test_the_progress_total_loses_the_cells_dropped(monkeypatch):
+    """On a terminal: a `dropped` event takes its cells out of the bar's total, so a finished run reads n/n."""
+    from devctl.render.bench import Progress
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with Progress(lambda event: "cell") as progress:
+        progress.on_event({"event": "plan", "cells": 10})
+        progress.on_event({"event": "cell"})
+        progress.on_event({"event": "dropped", "cells": 4})
+        task = progress._bar.tasks[0]
+        assert (task.completed, task.total) == (1, 6)

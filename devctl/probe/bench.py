@@ -3,7 +3,8 @@ flags name, the room a cell needs, the timing loop (time_interleaved), the run's
 recipes' runner (`bench memory`, `bench matmul`).
 
 Every bench child reads its request, emits `plan` {devices, environment, cells, ...} once, a `cell` per cell
-(also the watchdog's heartbeat), `tick` {samples} inside a long one, and `done` {elapsed_s, ...}; or one
+(also the watchdog's heartbeat), `tick` {samples} inside a long one, `dropped` {cells} for planned cells that will
+not run (a sweep stopped early), and `done` {elapsed_s, ...}; or one
 `error` {kind, message} (kind usage: bad input only the child can see, the parent exits 2).
 
 Timing (reference/monitoring-and-transfer.md B.6): compiled before any timing; untimed warm-ups; no garbage

@@ -176,12 +176,16 @@ class Bench:
                 ring_sizes: list[int] = []
                 for collective in self.opts.collectives:
                     series = Series()
+                    ran = 0
                     for size in sizes:
                         cell = self._sweep_cell(series, collective, axis, size, dtype)
                         if cell is not None:
+                            ran += 1
                             emit("cell", **to_jsonable(cell))
                             if not cell.skipped and collective == "ppermute":
                                 ring_sizes.append(size)
+                    if ran < len(sizes):  # the default sweep stopped this series: its other cells will not run
+                        emit("dropped", cells=len(sizes) - ran)
                     figures += series.figures
                 if self.opts.all_pairs:
                     self._pairs(axis, dtype, max(ring_sizes) if ring_sizes else max(sizes))

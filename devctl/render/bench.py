@@ -125,7 +125,9 @@ def comparison_lines(comp: Comparison, what: str) -> list[str]:
     """Prose: the roof (or why none) and, where there are peers, the median and the stragglers by name."""
     lines = []
     if comp.roof_name:
-        lines.append(f"Roof, {what}: {comp.roof_name} ({comp.roof_source})")
+        roofs = {f.roof for f in comp.figures if f.roof}
+        value = f"{figure(roofs.pop())} {comp.unit}, " if len(roofs) == 1 else ""
+        lines.append(f"Roof, {what}: {value}{comp.roof_name} ({comp.roof_source})")
     elif comp.roof_reason:
         lines.append(f"Roof, {what}: none; {_reason(comp.roof_reason, peers(comp))}")
     if not peers(comp):
@@ -298,6 +300,9 @@ class Progress:
             self._bar.update(self._task, total=event.get("cells"), description="measuring")
         elif kind == "cell" and event.get("counted", True):  # a cell planned only to say why it cannot run is not progress
             self._bar.update(self._task, advance=1, description=self._label(event))
+        elif kind == "dropped":  # planned cells that will not run (a sweep stopped early): the total counts what runs
+            total = self._bar.tasks[0].total
+            self._bar.update(self._task, total=total - int(event.get("cells", 0)) if total is not None else None)
 
     def __exit__(self, *exc) -> None:
         if self._bar is not None:
