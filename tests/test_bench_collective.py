@@ -333,3 +333,13 @@ def test_the_progress_total_loses_the_cells_dropped(monkeypatch):
         progress.on_event({"event": "dropped", "cells": 4})
         task = progress._bar.tasks[0]
         assert (task.completed, task.total) == (1, 6)
+
+
+def test_the_method_and_the_busbw_rule_are_said_on_request():
+    """The method is for --verbose (and docs/bench.md), not every run: one `Method:` line with the busbw rule."""
+    plain = run_devctl("bench", "collective", *SMALL, env=cpu_env())
+    verbose = run_devctl("bench", "collective", *SMALL, "--verbose", env=cpu_env())
+    assert plain.returncode == verbose.returncode == 0, plain.stderr + verbose.stderr
+    assert "Method:" not in plain.stdout and "busbw = algbw" not in plain.stdout
+    (method,) = [line for line in verbose.stdout.splitlines() if line.startswith("Method:")]
+    assert "calibrated to last 20 ms" in method and "busbw = algbw x 2(n-1)/n for all-reduce" in method

@@ -630,3 +630,13 @@ def test_d2d_alone_on_one_device_is_bad_input():
     measure it (d2d-self), not an empty run that exits 0."""
     proc = run_devctl("bench", "transfer", "--quick", "-d", "d2d", env=devctl_env(1))
     assert_usage_error(proc, "-d d2d copies between devices", "this host has one (cpu:0)", "-d d2d-self", "xla_force_host_platform_device_count")
+
+
+def test_the_method_is_said_on_request():
+    """--verbose adds one `Method:` line (how a latency and a burst are timed); a plain run has none."""
+    args = ("bench", "transfer", "--sizes", "4K", "--repeats", "3", "--direction", "h2d")
+    plain, verbose = run_devctl(*args, env=cpu_env(1)), run_devctl(*args, "-v", env=cpu_env(1))
+    assert plain.returncode == verbose.returncode == 0, plain.stderr + verbose.stderr
+    assert "Method:" not in plain.stdout
+    (method,) = [line for line in verbose.stdout.splitlines() if line.startswith("Method:")]
+    assert "up to 64K a sample is one transfer and its block_until_ready" in method and "wait on every result" in method

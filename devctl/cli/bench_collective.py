@@ -50,7 +50,7 @@ AllPairsOpt = Annotated[bool, Option("--all-pairs", help="Also ppermute between 
 _AXIS = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
 
 
-BENCH = Bench(m.GATE, m, "Two sizes", seconds="budget_s", seconds_help="Timed seconds per cell: small sizes take more samples within it", most=10_000)
+BENCH = Bench(m.GATE, m, "Two sizes", seconds="budget_s", seconds_help="Timed seconds per cell: small sizes take more samples within it", most=10_000, verbose=True)
 
 
 @cluster_options

@@ -37,7 +37,7 @@ DeviceOpt = Annotated[
         "repeatable or comma-separated, or all (the default: every local device, so they can be compared)."
     ),
 ]
-VerboseOpt = Annotated[bool, Option("--verbose", "-v", help="Also say how the figures were measured (the method) and the straggler rule.")]
+VerboseOpt = Annotated[bool, Option("--verbose", "-v", help="Also say how the figures were measured (the method) and, where devices are compared, the straggler rule.")]
 # A string, parsed by check_timeout as every command's --timeout is, so a bad value is named in the error.
 WatchdogOpt = Annotated[
     Optional[str],
@@ -67,7 +67,8 @@ class Bench:
         return getattr(self.defaults, f"{'QUICK' if quick else 'DEFAULT'}_{name.upper()}")
 
     def stated(self, name: str) -> str:
-        return f"(default {self.default(name, False):g}; --quick {self.default(name, True):g})"
+        full, quick = self.default(name, False), self.default(name, True)
+        return f"(default {full:g})" if full == quick else f"(default {full:g}; --quick {quick:g})"
 
     def counts(self, quick: bool, repeats: int | None, seconds: float | None, warmups: int | None) -> dict[str, Any]:
         """--quick, --repeats, --min-time (or --budget) and --warmups checked: the bench options' fields."""

@@ -55,7 +55,7 @@ SrcOpt = Annotated[Optional[str], Option("--src", metavar="ID", autocompletion=c
 DstOpt = Annotated[Optional[str], Option("--dst", metavar="ID", autocompletion=completion.devices(many=False), help="d2d: the destination device, as --device names one (not with --all-pairs).")]
 AllPairsOpt = Annotated[bool, Option("--all-pairs", help="d2d: every ordered pair of devices at every size.")]
 
-BENCH = Bench(m.GATE, m, "A few sizes")
+BENCH = Bench(m.GATE, m, "A few sizes", verbose=True)
 
 
 @bench_options(BENCH)

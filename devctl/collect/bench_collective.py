@@ -76,7 +76,9 @@ def with_roofs(cells: tuple[m.CollectiveCell, ...], axes: tuple[m.MeshAxis, ...]
     inter = {a.name for a in axes if a.scope == "inter-host"}
     notes = []
     if roof is None:
-        notes.append(no_peak_reason(kind, platform) if len(kinds) <= 1 else "devices of several kinds: no one link peak applies")
+        # Links and processes are compared by the straggler lines, not devices: the words for memory and matmul are not these.
+        reason = no_peak_reason(kind, platform).removesuffix(": devices are compared with each other")
+        notes.append(reason if len(kinds) <= 1 else "devices of several kinds: no one link peak applies")
     if inter and roof is not None:
         notes.append(f"axis {', '.join(sorted(inter))} crosses hosts: the network's peak is not known to devctl")
     if roof is None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, ClassVar, Literal, get_args
 
 from devctl.model import json_schema
-from devctl.model.bench import BenchDevice, Request, RunEnvironment
+from devctl.model.bench import BURST_MIN_S, BenchDevice, Request, RunEnvironment
 from devctl.model.gate import Baseline, Figure, Gate, GateSpec
 from devctl.model.timing import Timing
 from devctl.units import format_size_short
@@ -84,6 +84,20 @@ def bandwidths(collective: str, size: int, n: int, median_s: float | None) -> tu
     alg = size / median_s / 1e9
     return alg, alg * bus_factor(collective, n)
 
+# Calls of a burst on CPU devices. XLA's CPU client can hang with many collectives in flight: 33 and 64 chained
+# 1 MiB all-reduces over 4 forced devices waited in its rendezvous forever (jaxlib 0.10.2, 2 cores), 32 did not.
+CPU_MAX_BURST = 8
+
+# How a cell is timed, in words (--verbose), and what its bus bandwidth is.
+METHOD = (
+    "each collective jitted over one mesh axis with shard_map and compiled once, its input made on the devices; "
+    f"untimed warm-ups; up to {format_size_short(LATENCY_MAX_BYTES)} a sample is one call and its "
+    "block_until_ready (a latency); above, a burst of calls dispatched back to back and one sync, calibrated to "
+    f"last {BURST_MIN_S * 1e3:g} ms (at most {CPU_MAX_BURST} calls on CPU devices), all-reduce, all-to-all and ppermute each fed the call before's "
+    "output; samples until --repeats and --budget are met; the output of one more call checked against what the "
+    "collective gives; algbw = size / median"
+)
+BUSBW_RULE = "busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather, reduce-scatter and all-to-all, x 1 for ppermute (nccl-tests)"
 
 @dataclass(frozen=True)
 class CollectiveOptions(Request):

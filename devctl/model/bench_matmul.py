@@ -95,8 +95,8 @@ GATE = GateSpec("bench matmul", SCHEMA, MatmulCell, {"device": str, "dtype": str
 
 
 METHOD = (
-    "C = A @ B, square, on one device, jitted and compiled once (f32 at Precision.HIGHEST, bf16 at DEFAULT), each call "
+    "C = A @ B, square, on each device alone, jitted and compiled once (f32 at Precision.HIGHEST, bf16 at DEFAULT), each call "
     "writing C into the buffer the call before wrote; untimed warm-ups; a sample is a burst of calls dispatched back to "
     f"back and one block_until_ready, calibrated to last {BURST_MIN_S * 1e3:g} ms, figures per call; the devices take "
-    "turns burst by burst; 2 n^3 flops per call; sampled rows of C are checked after the first call and after the last"
+    "turns, one sample each; 2 n^3 flops per call; sampled rows of C are checked after the first call and after the last"
 )

@@ -79,6 +79,6 @@ METHOD = (
     "y = x + 1 over a uint32 array on one device, into a second buffer donated to the call (two buffers, ping-pong: "
     "each call reads what the one before wrote), jitted and compiled once; untimed warm-ups; a sample is a burst of "
     f"calls dispatched back to back and one block_until_ready, calibrated to last {BURST_MIN_S * 1e3:g} ms, figures per "
-    "call; the devices take turns burst by burst; bytes moved = size read + size written; the result is checked "
+    "call; the devices take turns, one sample each; bytes moved = size read + size written; the result is checked "
     "after the first call and after the last (x + the number of calls)"
 )

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, ClassVar, Hashable, Iterable, Literal, cast, get_args
 
 from devctl.model import json_schema
-from devctl.model.bench import BenchDevice, Request, RunEnvironment
+from devctl.model.bench import BURST_MIN_S, BenchDevice, Request, RunEnvironment
 from devctl.model.devices import DeviceRef
 from devctl.model.gate import Baseline, Figure, Gate, GateSpec
 from devctl.model.timing import Timing
@@ -62,6 +62,18 @@ QUICK_SIZES = (4 * KIB, 64 * MIB)
 LATENCY_MAX_BYTES = 64 * KIB
 # A burst's results in flight at once: at most this much, and at most a quarter of the memory free where they land.
 BURST_MEMORY_BYTES = 8 * GIB
+
+# How a cell is timed, in words (--verbose).
+METHOD = (
+    "each cell's buffers made once per size, untimed warm-ups first; up to "
+    f"{format_size_short(LATENCY_MAX_BYTES)} a sample is one transfer and its block_until_ready (a latency: what a "
+    "program that waits for it pays); above, where the source can be sent again, a burst of transfers dispatched "
+    "back to back and one wait on every result (transfers from one source may overlap; an on-device copy of the one "
+    "before's result waits on the last), calibrated to last "
+    f"{BURST_MIN_S * 1e3:g} ms, "
+    "figures per transfer; a transfer that needs a fresh source (donate, a d2h into a new host array) and every CPU "
+    "cell are timed one by one; GB/s (decimal) from the median; every cell's bytes compared once with what was sent"
+)
 
 DEFAULT_REPEATS = 3  # nvbandwidth takes the median of 3 samples; small sizes get many more from --min-time
 DEFAULT_MIN_TIME_S = 0.03

@@ -48,9 +48,6 @@ from devctl.units import format_bytes, format_seconds, format_size_short
 
 # Outputs a burst may have in flight at once (calls of a burst whose outputs are not chained each allocate one).
 BURST_MEMORY_BYTES = 1 << 30
-# Calls of a burst on CPU devices. XLA's CPU client can hang with many collectives in flight: 33 and 64 chained
-# 1 MiB all-reduces over 4 forced devices waited in its rendezvous forever (jaxlib 0.10.2, 2 cores), 32 did not.
-CPU_MAX_BURST = 8
 # Device memory a cell may take: its input and output, and XLA's scratch, against what is free.
 MEMORY_FACTOR = 1.5
 # Host memory forced CPU devices may take together, of what is available: the machine keeps working.
@@ -292,7 +289,7 @@ class Bench:
 
         A latency cell (`burst` false) times one call and its block_until_ready per sample: there the launch and
         the sync are the figure. A bandwidth cell times bursts of K calls between two synchronisations (at most
-        BURST_MEMORY_BYTES of outputs in flight, CPU_MAX_BURST calls on CPU), and calls alone beside the first, for
+        BURST_MEMORY_BYTES of outputs in flight, m.CPU_MAX_BURST calls on CPU), and calls alone beside the first, for
         the per-call overhead.
         Where the output has the input's shape (`chain`: all-reduce, all-to-all, ppermute) each call of a burst
         takes the one before's output, so they run one after another."""
@@ -305,7 +302,7 @@ class Bench:
         budget = ChipOptions(repeats=self.opts.repeats, min_time_s=self.opts.budget_s, warmups=max(self.opts.warmups, int(burst)))
         limit = max(MIN_CALLS, BURST_MEMORY_BYTES // max(out_bytes, 1)) if burst else 0
         if self.devices[0].platform == "cpu":
-            limit = min(limit, CPU_MAX_BURST)
+            limit = min(limit, m.CPU_MAX_BURST)
         timing = time_interleaved(
             {"cell": chained if chain else lambda: compiled(x)}, budget, timed_alone={"cell": partial(single_call, lambda: compiled(x))},
             limits={"cell": limit}, agree=self.agreement.agree,

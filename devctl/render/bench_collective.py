@@ -17,9 +17,10 @@ from devctl.render.bench import boxed_table, csv_table, overhead_line, pair_matr
 from devctl.units import figure, format_seconds, format_size_short
 
 
-def collective_text(report: CollectiveReport) -> None:
+def collective_text(report: CollectiveReport, verbose: bool = False) -> None:
     rows = [c for c in report.results if c.collective != "ppermute-pair"]
-    print_view(_results_table(rows) if rows else [], [*_pair_matrices(report.results), chart_lines(rows)], summary_lines(report))
+    lines = summary_lines(report) + ([f"Method: {m.METHOD}; {m.BUSBW_RULE}"] if verbose else [])
+    print_view(_results_table(rows) if rows else [], [*_pair_matrices(report.results), chart_lines(rows)], lines)
 
 
 def _busbw(c: CollectiveCell) -> str:
@@ -115,9 +116,6 @@ def summary_lines(report: CollectiveReport) -> list[str]:
     lines += [overhead] if overhead else []
     if env.get("sweep_note"):
         lines.append(f"Note: {env['sweep_note']}")
-    lines.append(
-        "Note: busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather, reduce-scatter and all-to-all, x 1 for ppermute (nccl-tests)"
-    )
     return lines
 
 

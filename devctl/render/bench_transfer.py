@@ -9,16 +9,17 @@ whole, one row per line.
 
 from __future__ import annotations
 
-from devctl.model.bench_transfer import LATENCY_MAX_BYTES, Cell, Fastest, Roofs, TransferReport, above_roof
+from devctl.model.bench_transfer import LATENCY_MAX_BYTES, METHOD, Cell, Fastest, Roofs, TransferReport, above_roof
 from devctl.render.bench import boxed_table, csv_table, overhead_line, pair_matrix, print_view, size_chart, spread
 from devctl.units import figure, format_seconds, format_size_short
 
 
-def transfer_text(report: TransferReport) -> None:
+def transfer_text(report: TransferReport, verbose: bool = False) -> None:
     # d2d on one device has nothing to copy between: one note says so, not a skipped row per size.
     shown = [c for c in report.results if not _alone(c, report)]
     rows = table_cells(shown)
-    print_view(_results_table(rows) if rows else [], [*_pair_matrices(shown), chart_lines(rows)], summary_lines(report))
+    lines = summary_lines(report) + ([f"Method: {METHOD}"] if verbose else [])
+    print_view(_results_table(rows) if rows else [], [*_pair_matrices(shown), chart_lines(rows)], lines)
 
 
 def _alone(c: Cell, report: TransferReport) -> bool:
