@@ -36,7 +36,7 @@ SizesOpt = Annotated[
 
 @bench_options(Bench(m.GATE, c, "One size", verbose=True))
 def matmul(dtype: DtypeOpt = None, sizes: SizesOpt = None, device: DeviceOpt = None, *, flags: BenchFlags) -> None:
-    """Each device's matmul TFLOP/s (bf16, f32), against its published dense peak and its peers."""
+    """Each device's matmul TFLOP/s (bf16, f32), against its roof (the published dense peak) and its peers."""
     from devctl.collect.bench_matmul import run_matmul
     from devctl.render.bench_matmul import progress_label
 

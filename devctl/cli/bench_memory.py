@@ -22,7 +22,7 @@ SizesOpt = Annotated[
 
 @bench_options(Bench(m.GATE, c, "One size", verbose=True))
 def memory(sizes: SizesOpt = None, device: DeviceOpt = None, *, flags: BenchFlags) -> None:
-    """Each device's memory bandwidth (a jitted copy, read + write), against its published peak and its peers."""
+    """Each device's memory bandwidth (a jitted copy, read + write), against its roof (the published peak bandwidth) and its peers."""
     from devctl.collect.bench_memory import run_memory
     from devctl.render.bench_memory import progress_label
 

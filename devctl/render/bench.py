@@ -41,18 +41,19 @@ def per_device_text(
     from devctl.render.console import Column, out, table_lines
 
     comparisons = list(comparisons)
-    notes = any(c.note for c in report.results)
+    # A column no cell fills (no roof known: a CPU; no note) is left out, not a column of dashes.
+    roofs, notes = any(c.pct_of_roof is not None for c in report.results), any(c.note for c in report.results)
     columns = [
         *key_columns,
         Column("median", "right", priority=2, detail=False),  # the figure and the size say it too
         Column("p10 – p90", "right", priority=4, detail=False),  # the spread: in --json
         Column(comparisons[0].unit, "right"),
-        Column("% of roof", "right", short="% roof"),
+        *([Column("% of roof", "right", short="% roof")] if roofs else []),
         *([Column("note", priority=3)] if notes else []),
     ]
     rows = [
         [*key_of(c), format_seconds(c.median_s), spread(c.p10_s, c.p90_s), "skipped" if c.skipped else figure(value_of(c)),
-         pct(c.pct_of_roof), *([c.note or ""] if notes else [])]
+         *([pct(c.pct_of_roof)] if roofs else []), *([c.note or ""] if notes else [])]
         for c in report.results
     ]  # fmt: skip
     lines: list[str] = []
@@ -154,9 +155,10 @@ def overhead_line(cells: Iterable[Any], left_out_of: str = "the figures above", 
     values = sorted(c.call_overhead_s for c in cells if getattr(c, "call_overhead_s", None) is not None)
     if not values:
         return None
-    low, high = f"{values[0] * 1e3:.2f}", f"{values[-1] * 1e3:.2f}"
-    spread = f" (cells {low} – {high})" if low != high else ""
-    return f"Per call: {what} {statistics.median(values) * 1e3:.2f} ms{spread}, not in {left_out_of}"
+    ms = lambda s: f"{s * 1e3:.2f}" if s >= 0.5e-5 else "0"  # noqa: E731  # a call alone no slower than in a burst
+    low, high, median = ms(values[0]), ms(values[-1]), ms(statistics.median(values))
+    spread = f" (cells {low} – {high} ms)" if low != high else ""
+    return f"Per call: {what} {'under 0.01' if median == '0' else median} ms{spread}, not in {left_out_of}"
 
 
 def size_chart(title: str, series: dict[Any, list], name: Callable[[Any, list], str], value_of: Callable[[Any], float | None],

@@ -32,23 +32,26 @@ def _busbw(c: CollectiveCell) -> str:
 def _results_table(cells: list[CollectiveCell]) -> list:
     from devctl.render.console import Column
 
+    # A column no cell fills (no roof known, no note) is left out, not a column of dashes.
+    roofs, notes = any(c.pct_of_roof is not None for c in cells), any(c.note for c in cells)
     columns = [
         Column("collective"),
         Column("axis"),
         Column("dtype", priority=5),
         Column("size", "right"),
-        Column("time", "right"),  # the median call: a latency at small sizes
+        Column("median", "right"),  # the median call: a latency at small sizes
         Column("p10 – p90", "right", priority=4, detail=False),  # the spread: in --json and --csv
         Column("samples", "right", priority=6, detail=False),
         Column("algbw", "right", priority=2, detail=False),  # GB/s; busbw and the size say it too
         Column("busbw", "right"),
-        Column("% roof", "right", priority=1),
-        Column("note", priority=3),
+        *([Column("% of roof", "right", priority=1, short="% roof")] if roofs else []),
+        *([Column("note", priority=3)] if notes else []),
     ]
     rows = [
         [
             c.collective, f"{c.axis} ({c.ranks})", c.dtype, format_size_short(c.size_bytes), format_seconds(c.median_s),
-            spread(c.p10_s, c.p90_s), str(c.samples or "-"), figure(c.algbw_gbps), _busbw(c), pct(c.pct_of_roof), c.note or "",
+            spread(c.p10_s, c.p90_s), str(c.samples or "-"), figure(c.algbw_gbps), _busbw(c),
+            *([pct(c.pct_of_roof)] if roofs else []), *([c.note or ""] if notes else []),
         ]
         for c in cells
     ]  # fmt: skip
@@ -112,7 +115,7 @@ def summary_lines(report: CollectiveReport) -> list[str]:
     if env.get("roof_note"):
         lines.append(f"Roof: {env['roof_note']}")
     lines += straggler_lines(report)
-    overhead = overhead_line(report.results, f"the figures above {format_size_short(m.LATENCY_MAX_BYTES)} (timed in bursts); the latency cells include it")
+    overhead = overhead_line(report.results, f"the figures of the cells above {format_size_short(m.LATENCY_MAX_BYTES)} (timed in bursts); the latency cells include it")
     lines += [overhead] if overhead else []
     if env.get("sweep_note"):
         lines.append(f"Note: {env['sweep_note']}")

@@ -19,7 +19,7 @@ def transfer_text(report: TransferReport, verbose: bool = False) -> None:
     shown = [c for c in report.results if not _alone(c, report)]
     rows = table_cells(shown)
     lines = summary_lines(report) + ([f"Method: {METHOD}"] if verbose else [])
-    print_view(_results_table(rows) if rows else [], [*_pair_matrices(shown), chart_lines(rows)], lines)
+    print_view(_results_table(rows) if rows else [], [*_pair_matrices(shown), *charts(rows)], lines)
 
 
 def _alone(c: Cell, report: TransferReport) -> bool:
@@ -58,7 +58,8 @@ def _results_table(cells: list[Cell]) -> list:
     from devctl.render.console import Column
 
     mesh = any(c.layout != "single" for c in cells)
-    notes = any(c.note for c in cells)
+    # A column no cell fills (no roof: NVLink, a CPU mesh; no note) is left out, not a column of dashes.
+    roofs, notes = any(c.pct_of_roof is not None or c.suspect for c in cells), any(c.note for c in cells)
     columns = [Column("direction"), Column("variant")]
     if mesh:
         columns.append(Column("layout"))
@@ -68,14 +69,14 @@ def _results_table(cells: list[Cell]) -> list:
         Column("median", "right", priority=2, detail=False),  # GB/s and the size say it too
         Column("p10 – p90", "right", priority=4, detail=False),  # the spread: in --json
         Column("GB/s", "right"),
-        Column("% of roof", "right", priority=1, detail=False),  # goes first where no cell has a roof (NVLink, a CPU mesh)
+        *([Column("% of roof", "right", priority=1, detail=False)] if roofs else []),  # the first to go on a narrow terminal
         *([Column("note", priority=3)] if notes else []),
     ]
     rows = []
     for c in cells:
         rows.append([
             c.direction, c.variant, *([c.layout] if mesh else []), f"{c.src} → {c.dst}", format_size_short(c.size_bytes),
-            format_seconds(c.median_s), spread(c.p10_s, c.p90_s), _fmt_gbps(c), _fmt_pct(c), *([c.note or ""] if notes else []),
+            format_seconds(c.median_s), spread(c.p10_s, c.p90_s), _fmt_gbps(c), *([_fmt_pct(c)] if roofs else []), *([c.note or ""] if notes else []),
         ])  # fmt: skip
     return boxed_table(columns, rows, "devctl bench transfer")
 
@@ -117,7 +118,17 @@ def _device_order(name: str):
     return (platform, int(ident) if ident.isdigit() else 1 << 30, ident)
 
 
-def chart_lines(cells, width: int | None = None) -> list[str]:
+def charts(cells, width: int | None = None) -> list[list[str]]:
+    """Bandwidth against size: host <-> device transfers and copies on and between devices each on a scale of their
+    own, where both were measured (an H100's on-device copy at 998 GB/s left its 53 GB/s PCIe transfers a sliver)."""
+    host = [c for c in cells if c.direction in ("h2d", "d2h")]
+    device = [c for c in cells if c.direction not in ("h2d", "d2h")]
+    if not host or not device:
+        return [chart_lines(cells, width)]
+    return [chart_lines(host, width, ", host <-> device"), chart_lines(device, width, ", on and between devices")]
+
+
+def chart_lines(cells, width: int | None = None, which: str = "") -> list[str]:
     """Bandwidth against size, one block of bars per series (direction, variant, layout, path)."""
     series: dict = {}
     for c in cells:
@@ -129,19 +140,21 @@ def chart_lines(cells, width: int | None = None) -> list[str]:
 
     text = lambda c: _fmt_gbps(c) + (" (suspect)" if c.suspect and c.gbps is not None else "")  # noqa: E731
     # "  256M │" before the bar, " 0.0365 (suspect)" after it.
-    return size_chart("Bandwidth against size", series, name, lambda c: c.gbps, text, width, reserve=26)
+    return size_chart(f"Bandwidth against size{which}", series, name, lambda c: c.gbps, text, width, reserve=26)
 
 
 def summary_lines(report: TransferReport) -> list[str]:
     """The fastest paths, the roofs and the notes: prose lines, each wrapped to the terminal by the caller."""
     lines = []
     for f in report.fastest:
-        lines.append(verdict_line(f, report.roofs))
+        # A direction with one path measured and nothing to add is its table row again: said there, not twice.
+        if f.others or f.zero_copy_variants or f.advice or f.variant is None or above_roof(f.pct_of_roof):
+            lines.append(verdict_line(f, report.roofs))
         if f.advice:
             lines.append(f"Advice: {f.advice}")
     lines += roof_lines(report)
     overhead = overhead_line(
-        report.results, f"the figures above {format_size_short(LATENCY_MAX_BYTES)} (timed in bursts, where transfers "
+        report.results, f"the figures of the cells above {format_size_short(LATENCY_MAX_BYTES)} (timed in bursts, where transfers "
         "from one source may overlap); the latency cells include it", "waiting on each transfer alone adds",
     )  # fmt: skip
     lines += [overhead] if overhead else []
@@ -231,13 +244,16 @@ def _link_name(roof_gbps: float, roofs: Roofs) -> str | None:
 
 def roof_lines(report: TransferReport) -> list[str]:
     lines = []
-    memcpy = [r for r in report.roofs.host_memcpy if r.gbps]
-    if memcpy:
-        biggest = max(memcpy, key=lambda r: r.size_bytes)
-        lines.append(
-            f"Roof, host memcpy: {figure(biggest.gbps)} GB/s at {format_size_short(biggest.size_bytes)} "
-            f"(the best of {biggest.samples} one-thread copies)"
-        )
+    memcpy = sorted((r for r in report.roofs.host_memcpy if r.gbps), key=lambda r: r.gbps or 0.0)
+    # Said where a cell is held to it (CPU devices); a GPU's pageable transfers are not one thread's copy.
+    if memcpy and any(c.roof == "host_memcpy" for c in report.results):
+        at = lambda r: f"{figure(r.gbps)} GB/s at {format_size_short(r.size_bytes)}"  # noqa: E731
+        fewest = min(r.samples for r in memcpy)
+        if len(memcpy) == 1:
+            lines.append(f"Roof, host memcpy: {at(memcpy[0])} (the best of {fewest} one-thread copies)")
+        else:
+            lines.append(f"Roof, host memcpy, measured at each size (the best of {fewest} or more one-thread copies): "
+                         f"{at(memcpy[0])} to {at(memcpy[-1])}")  # fmt: skip
     for link in report.roofs.pcie:
         if link.peak_gbps is None:
             lines.append(f"Roof, PCIe {link.device}: unknown ({link.reason})")
