@@ -107,7 +107,7 @@ def summary_lines(report: CollectiveReport) -> list[str]:
             top = max((c for c in on_axis if c.collective == name), key=lambda c: c.busbw_gbps or 0)
             share = f", {top.pct_of_roof:.0f}% of the link peak" if top.pct_of_roof is not None else ""
             best.append(f"{name} {figure(top.busbw_gbps)} at {format_size_short(top.size_bytes)}{share}")
-        lines.append(f"Best busbw on {axis}: {'; '.join(best)}")
+        lines.append(f"Best busbw on {axis} (GB/s): {'; '.join(best)}")
     roofs = {c.roof_gbps for c in report.results if c.roof_gbps}
     if roofs:
         lines.append(f"Roof: {figure(max(roofs))} GB/s per device, one direction, over all its links (the published link bandwidth)")
