@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import assert_usage_error, devctl_env, run_devctl, validate_schema
 
-from devctl.model.gate import Baseline, Figure, judge, noise_pct, pool
+from devctl.model.gate import Baseline, Figure, as_figure_pct, judge, noise_pct, pool
 
 # Each command at its quickest, and what its cells are judged on.
 COMMANDS = {
@@ -88,8 +88,9 @@ def fig(key: str, value: float, noise: float = 0.02, samples: int = 10) -> Figur
 def test_judge_uses_the_transfer_gates_band_and_pooling():
     assert fig("a", 1).noise_pct == pytest.approx(2.0) and noise_pct(10, None, 1.0, 2.0) is None
     base = Baseline("b", {"a": fig("a", 100), "b": fig("b", 100)})
-    gate = judge([fig("a", 87), fig("b", 80)], base, 10, "GB/s")  # bands 4%: -13% passes, -20% fails
-    assert [r.cell for r in gate.regressions] == ["b"] and gate.regressions[0].beyond_noise_pct == pytest.approx(16.0)
+    gate = judge([fig("a", 87), fig("b", 80)], base, 10, "GB/s")  # bands 3.9% of GB/s: -13% passes, -20% fails
+    band = 2 * as_figure_pct(2.0)
+    assert [r.cell for r in gate.regressions] == ["b"] and gate.regressions[0].beyond_noise_pct == pytest.approx(20 - band)
     # Three runs lying 20 apart widen the band to half that range (10% of their median 100).
     runs = [Baseline(n, {"b": fig("b", v)}) for n, v in (("r1", 90), ("r2", 100), ("r3", 110))]
     pooled = pool(runs)
@@ -110,4 +111,62 @@ def test_a_loaded_runs_slow_calls_cannot_hide_a_drop_its_fast_calls_show():
     base = Baseline("b", {"a": fig("a", 100)})
     loaded = Figure("a", "a", 50, 10, 0.95, 1.0, 10.0)  # -50%
     gate = judge([loaded], base, 10, "GB/s")
-    assert not gate.passed and gate.regressions[0].noise_pct == pytest.approx(2 + 100 / 0.95 - 100)
+    assert not gate.passed and gate.regressions[0].noise_pct == pytest.approx(as_figure_pct(2) + as_figure_pct(100 / 0.95 - 100))
+
+
+def test_the_band_is_a_drop_in_the_figure_as_the_change_is():
+    """A median's noise is a share of its time; the change is a share of the figure. A time 100% longer is a figure
+    50% lower: a band of 64% on the times (a busy 2-core machine's --quick cells) once let a run at half the
+    baseline's figure pass; as the figure's band (39%) it fails."""
+    base = Baseline("b", {"a": Figure("a", "a", 100.0, 5, 1.0, 1.0, 1.0)})
+    noisy_run = Figure("a", "a", 50.0, 5, 1.0, 1.64, 4.0)  # 2x slower; its median 64% over its fast decile
+    assert noisy_run.run_noise_pct == pytest.approx(64.0)
+    gate = judge([noisy_run], base, 10, "GB/s")
+    (r,) = gate.regressions
+    assert not gate.passed and r.noise_pct == pytest.approx(as_figure_pct(64.0)) and r.change_pct == pytest.approx(-50.0)
+
+
+def test_a_band_too_wide_for_any_drop_to_fail_is_said_not_gated():
+    """Noise that alone leaves no drop that could fail is counted as not gated, with why, not as a cell judged."""
+    from devctl.model import bench_memory
+    from devctl.render.gate import gate_lines
+
+    base = Baseline("b", {"a": Figure("a", "a", 100.0, 3, 1.0, 20.0, 400.0)})  # the median 20x its fast decile
+    gate = judge([Figure("a", "a", 1.0, 3, 1.0, 20.0, 400.0)], base, 10, "GB/s")
+    assert (gate.gated, gate.left_out, gate.passed) == (0, {"noisy": 1}, True)
+    assert gate_lines(gate, bench_memory.GATE)[-1].startswith("1 cells too noisy to gate: their noise band alone")
+    # The allowance asked for is the user's to choose: 99% with a narrow band is still a gate.
+    assert judge([fig("a", 100)], Baseline("b", {"a": fig("a", 100)}), 99, "GB/s").gated == 1
+
+
+def test_cells_timed_another_way_in_the_baseline_are_not_compared():
+    """A baseline from before bursts (no method: call by call) holds lower figures on an accelerator: not gated."""
+    before = Baseline("b", {"a": Figure("a", "a", 100.0, 10, 0.99, 1.0, 1.01, None)})
+    now = Figure("a", "a", 130.0, 10, 0.99, 1.0, 1.01, "burst")
+    gate = judge([now], before, 10, "GB/s")
+    assert (gate.compared, gate.gated, gate.left_out) == (1, 0, {"method": 1})
+    pooled = pool([Baseline(n, {"a": Figure("a", "a", v, 10, 0.99, 1.0, 1.01, "burst")}) for n, v in (("r1", 100.0), ("r2", 101.0))])
+    assert pooled.figures["a"].method == "burst" and judge([now], pooled, 10, "GB/s").gated == 1
+
+
+def _memory_doc(**cell) -> dict:
+    ok = {"device": "cpu:0", "size_bytes": 1 << 28, "gbps": 20.0, "samples": 5, "p10_s": 0.02, "median_s": 0.026, "p90_s": 0.03}
+    return {"schema": "devctl.bench.memory/2", "results": [{**ok, **cell}], "devices": [{"name": "cpu:0", "device_kind": "cpu"}]}
+
+
+def test_baselines_no_gate_can_trust_are_one_line_exit_2(tmp_path):
+    env = devctl_env(devices=1)
+
+    def refused(doc, *lines: str, text: str | None = None):
+        path = tmp_path / "base.json"
+        path.write_text(text if text is not None else json.dumps(doc))
+        assert_usage_error(run_devctl("bench", "memory", "--quick", "--baseline", str(path), env=env), *lines)
+
+    refused(None, "results[0] has bytes_moved 1000", "not a measured figure", text=json.dumps(_memory_doc()).replace('"gbps"', '"bytes_moved": ' + "1" + "0" * 400 + ', "gbps"'))  # fmt: skip
+    refused(None, "results[0] has gbps nan, not a measured figure", text=json.dumps(_memory_doc()).replace("20.0", "NaN"))
+    refused(_memory_doc(verified=False), "results[0] is a result that failed its verification")
+    refused({"schema": "devctl.bench.memory/2", "results": {}}, "has no list of results")
+    # Measured on another kind of device under the same name: refused once this run says what its devices are.
+    other = _memory_doc()
+    other["devices"][0]["device_kind"] = "NVIDIA H100 80GB HBM3"
+    refused(other, "was measured on 'NVIDIA H100 80GB HBM3' (cpu:0), this run on 'cpu'", "record one on this machine")

@@ -377,7 +377,10 @@ def test_a_rerun_passes_against_its_own_baseline_judging_the_bandwidth_bound_cel
 
 
 def test_a_repeated_baseline_pools_the_runs_and_the_same_file_twice_is_refused(tmp_path, baseline_doc):
-    (tmp_path / "second.json").write_text(json.dumps(baseline_doc))
+    second = json.loads(json.dumps(baseline_doc))
+    for c in second["results"]:
+        c["samples"] += 1  # another run: its own figures
+    (tmp_path / "second.json").write_text(json.dumps(second))
     proc = gate_run(tmp_path, baseline_doc, "--baseline", str(tmp_path / "second.json"), "--max-regression", "99%", "--json")
     assert proc.returncode == 0, proc.stderr
     gate = json.loads(proc.stdout)["gate"]
@@ -386,6 +389,12 @@ def test_a_repeated_baseline_pools_the_runs_and_the_same_file_twice_is_refused(t
     twice = gate_run(tmp_path, baseline_doc, "--baseline", str(tmp_path / "base.json"))
     assert twice.returncode == 2 and "Traceback" not in twice.stderr
     assert twice.stderr.strip().endswith("is given twice; pool different runs (each run's own --json result)"), twice.stderr
+    # The same run under another name (a link) or copied, even reformatted: one run, refused.
+    (tmp_path / "link.json").symlink_to(tmp_path / "base.json")
+    (tmp_path / "copy.json").write_text(json.dumps(baseline_doc, indent=1))
+    for other in ("link.json", "copy.json"):
+        proc = gate_run(tmp_path, baseline_doc, "--baseline", str(tmp_path / other))
+        assert_usage_error(proc, f"{other}' holds the same figures as", "base.json", "one run given twice")
 
 
 def faster(doc: dict, factor: float) -> dict:
@@ -436,12 +445,27 @@ def test_gate_with_no_matching_cell_is_bad_input(tmp_path, baseline_doc):
     assert_usage_error(proc, "no cell matching")
 
 
-def test_gate_with_only_latency_bound_cells_to_judge_is_bad_input_not_a_pass(tmp_path, baseline_doc):
+def test_gate_with_only_latency_bound_cells_to_judge_is_bad_input_not_a_pass(tmp_path):
+    # A baseline whose every cell is latency-bound (4K and 16K h2d: the fixed cost is most of either's time).
+    args = ("bench", "transfer", "--sizes", "4K,16K", "--repeats", "3", "--direction", "h2d")
+    first = run_devctl(*args, "--json", env=cpu_env())
+    assert first.returncode == 0, first.stderr
+    path = tmp_path / "base.json"
+    path.write_text(first.stdout)
+    gated = (*args, "--baseline", str(path))
+    assert_usage_error(run_devctl(*gated, env=cpu_env()), "none of the 2 matching cells is bandwidth-bound", "--gate-all-sizes")
+    assert run_devctl(*gated, "--gate-all-sizes", "--max-regression", "99%", env=cpu_env()).returncode == 0
+
+
+def test_a_baseline_cell_this_run_lacks_is_named_and_fails(tmp_path, baseline_doc):
+    """A cell the baseline gated and this run did not measure (a device gone, a size no longer measured) is a
+    regression, named: a lost GPU must not pass the gate."""
     path = tmp_path / "base.json"
     path.write_text(json.dumps(baseline_doc))
-    args = ("bench", "transfer", "--sizes", "4K", "--repeats", "3", "--direction", "h2d", "--baseline", str(path))
-    assert_usage_error(run_devctl(*args, env=cpu_env()), "none of the 1 matching cells is bandwidth-bound", "--gate-all-sizes")
-    assert run_devctl(*args, "--gate-all-sizes", "--max-regression", "99%", env=cpu_env()).returncode == 0
+    proc = run_devctl("bench", "transfer", "--sizes", "4K", "--repeats", "3", "--direction", "h2d", "--baseline", str(path),
+                      "--max-regression", "99%", env=cpu_env())  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "h2d pageable single 64M host->cpu:0: not in this run (the baseline has it)" in proc.stderr
 
 
 def test_a_baseline_without_the_spread_of_its_samples_is_refused(tmp_path, baseline_doc):

@@ -121,12 +121,13 @@ def test_a_path_measured_at_one_size_is_not_gated_unless_asked():
 
 
 def test_a_drop_inside_the_noise_band_plus_the_allowance_passes():
-    # Noise band: 5% + 5%; allowed: 10% beyond it. Bandwidth 1/1.2 of the baseline's is a drop of 16.7%.
+    # Noise band: 5% + 5% on the times, 4.76% + 4.76% on GB/s; allowed: 10% beyond it. Bandwidth 1/1.2 of the
+    # baseline's is a drop of 16.7%.
     assert compare_with_baseline([SMALL, slower(LARGE, 1.2)], baseline(SMALL, LARGE), 10).passed
-    gate = compare_with_baseline([SMALL, slower(LARGE, 1.3)], baseline(SMALL, LARGE), 10)
-    (r,) = gate.regressions
+    (r,) = compare_with_baseline([SMALL, slower(LARGE, 1.3)], baseline(SMALL, LARGE), 10).regressions
     assert r.change_pct == pytest.approx(-100 * 0.3 / 1.3)  # -23.1%
-    assert r.noise_pct == pytest.approx(10.0) and r.beyond_noise_pct == pytest.approx(100 * 0.3 / 1.3 - 10)
+    band = 2 * gate.as_figure_pct(5.0)  # 9.52%
+    assert r.noise_pct == pytest.approx(band) and r.beyond_noise_pct == pytest.approx(100 * 0.3 / 1.3 - band)
     assert r.baseline == LARGE.gbps and r.value == pytest.approx(LARGE.gbps / 1.3)
 
 
@@ -160,10 +161,11 @@ def test_pooled_runs_take_the_median_of_their_figures_and_how_far_their_medians_
 def test_the_allowance_is_inclusive_and_zero_fails_any_drop_past_the_band():
     # A drop exactly the band plus the allowance is allowed.
     base = baseline(SMALL, LARGE)
-    exact = timed(16 * MIB, LARGE.median_s / (1 - 0.20))  # -20%: 10 points of band, 10 allowed
+    band = 2 * gate.as_figure_pct(5.0)  # each median's 5% (of its time) is 4.76% of its GB/s
+    exact = timed(16 * MIB, LARGE.median_s / (1 - (band + 10) / 100))  # -19.5%: 9.5 points of band, 10 allowed
     assert compare_with_baseline([exact], base, 10).passed
     assert not compare_with_baseline([exact], base, 9.9).passed
-    assert not compare_with_baseline([slower(LARGE, 1.12)], base, 0).passed  # -10.7%, band 10%
+    assert not compare_with_baseline([slower(LARGE, 1.12)], base, 0).passed  # -10.7%, band 9.5%
     assert compare_with_baseline([slower(LARGE, 1.1)], base, 0).passed  # -9.1%, inside the band
     assert compare_with_baseline([slower(LARGE, 0.2)], base, 0).passed  # faster is never a regression
 
@@ -177,8 +179,9 @@ def test_gate_matches_cells_by_every_part_of_their_key():
         timed(16 * MIB, 1.0, direction="d2h", src="cpu:0", dst="host"),
         timed(8 * MIB, 1.0),
     ]
-    gate = compare_with_baseline(others, baseline(SMALL, LARGE), 10)
-    assert gate.compared == 0 and gate.passed
+    judged = compare_with_baseline(others, baseline(SMALL, LARGE), 10)
+    # None compared; the baseline's gated cell is not in the run: absent, a regression (SMALL is latency-bound).
+    assert judged.compared == 0 and [(r.cell, r.absent) for r in judged.regressions] == [("h2d pageable single 16M host->cpu:0", True)]
 
 
 def test_a_gated_cell_that_measured_nothing_now_has_regressed_whatever_the_noise():
@@ -194,9 +197,10 @@ def test_a_gated_cell_that_measured_nothing_now_has_regressed_whatever_the_noise
 def test_gate_lists_regressions_in_the_order_of_the_run_and_its_band_range():
     sizes = [64 * MIB, 16 * MIB, 256 * MIB]
     base = baseline(SMALL, *(timed(s, s / 12.5e9) for s in sizes))
-    gate = compare_with_baseline([timed(s, 2 * s / 12.5e9, noise=0.01 * i) for i, s in enumerate(sizes, 1)], base, 10)
-    assert [r.cell.split()[3] for r in gate.regressions] == ["64M", "16M", "256M"]
-    assert (gate.min_noise_pct, gate.max_noise_pct) == (pytest.approx(6.0), pytest.approx(8.0))
+    judged = compare_with_baseline([timed(s, 2 * s / 12.5e9, noise=0.01 * i) for i, s in enumerate(sizes, 1)], base, 10)
+    assert [r.cell.split()[3] for r in judged.regressions] == ["64M", "16M", "256M"]
+    f = gate.as_figure_pct
+    assert (judged.min_noise_pct, judged.max_noise_pct) == (pytest.approx(f(5.0) + f(1.0)), pytest.approx(f(5.0) + f(3.0)))
 
 
 def test_gate_lines_say_what_fell_how_far_past_its_noise_and_what_was_not_gated():
@@ -210,19 +214,26 @@ def test_gate_lines_say_what_fell_how_far_past_its_noise_and_what_was_not_gated(
     lines = gate_lines(compare_with_baseline(now, base, 10))
     assert lines == [
         "baseline runs/a100.json: 2 of 2 bandwidth-bound cells fell more than 10% beyond its noise band:",
-        f"  h2d pageable single 16M host->cpu:0: {LARGE.gbps / 1.3:.3g} GB/s, -23% vs {LARGE.gbps:.3g} GB/s (noise band ±10%: 13 points beyond it)",
+        f"  h2d pageable single 16M host->cpu:0: {LARGE.gbps / 1.3:.3g} GB/s, -23% vs {LARGE.gbps:.3g} GB/s (noise band ±10%: 14 points beyond it)",
         f"  h2d pageable single 64M host->cpu:0: no bandwidth now (zero-copy or skipped), baseline {LARGE.gbps:.3g} GB/s",
         "1 latency-bound cells not gated; --gate-all-sizes gates them",
     ]
-    ok = gate_lines(compare_with_baseline([SMALL, slower(LARGE, 1.1)], base, 10))
+    large2 = timed(64 * MIB, 4 * LARGE.median_s)
+    ok = gate_lines(compare_with_baseline([SMALL, slower(LARGE, 1.1), large2], base, 10))
     assert ok == [
-        "baseline runs/a100.json: 1 bandwidth-bound cells gated, none fell more than 10% beyond its noise band (noise band ±10%)",
+        "baseline runs/a100.json: 2 bandwidth-bound cells gated, none fell more than 10% beyond its noise band (noise band ±10%)",
         "1 latency-bound cells not gated; --gate-all-sizes gates them",
+    ]
+    # A cell the baseline has and this run has not (a device gone, a size no longer measured) is named, and fails.
+    lost = gate_lines(compare_with_baseline([SMALL, LARGE], base, 10))
+    assert lost[:2] == [
+        "baseline runs/a100.json: 1 of 2 bandwidth-bound cells fell more than 10% beyond its noise band:",
+        f"  h2d pageable single 64M host->cpu:0: not in this run (the baseline has it), baseline {large2.gbps:.3g} GB/s",
     ]
     one = gate_lines(compare_with_baseline([LARGE], baseline(LARGE, name="b"), 10, all_sizes=False))
     assert one[-1].startswith("1 cells not gated: their path was measured at one size")
-    every = gate_lines(compare_with_baseline([SMALL, LARGE], base, 10, all_sizes=True))
-    assert every == ["baseline runs/a100.json: 2 cells gated, none fell more than 10% beyond its noise band (noise band ±10%)"]
+    every = gate_lines(compare_with_baseline([SMALL, LARGE, large2], base, 10, all_sizes=True))
+    assert every == ["baseline runs/a100.json: 3 cells gated, none fell more than 10% beyond its noise band (noise band ±10%)"]
 
 
 # ---- the fastest paths --------------------------------------------------------------------------------

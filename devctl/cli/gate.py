@@ -59,9 +59,10 @@ def parse_percent(text: str) -> float:
         raise UsageError(f"--max-regression {shown(text)} is not a percentage; give e.g. 10% or 2.5%")
     value = float(m_.group(1))
     if not m_.group(2) and 0 < value < 1:
+        plain = lambda v: f"{v:.6f}".rstrip("0").rstrip(".")  # noqa: E731  # as the parser reads it back: no 1e-06
         raise UsageError(
-            f"--max-regression {text!r} is ambiguous: write {value * 100:g}% for a drop of {value * 100:g} percent, "
-            f"or {value:g}% for {value:g} percent"
+            f"--max-regression {text!r} is ambiguous: write {plain(value * 100)}% for a drop of {plain(value * 100)} percent, "
+            f"or {plain(value)}% for {plain(value)} percent"
         )
     if value >= 100:
         raise UsageError(f"--max-regression must be at least 0% and below 100%, got {text!r}")

@@ -1,4 +1,4 @@
-"""The noise-aware regression gate of every bench (--baseline): one rule over any bench's cells (README "CI gate").
+"""The noise-aware regression gate of every bench (--baseline): one rule over any bench's cells (docs/bench.md, "CI gate").
 
 A cell is seen as a Figure: what identifies it across runs (its key, and a label for people), its headline figure
 (GB/s, TFLOP/s: higher is better) and its samples' count, p10, median and p90. A cell regresses when its figure
@@ -35,6 +35,12 @@ def noise_pct(samples: int | None, p10_s: float | None, median_s: float | None, 
     return _Z95 * _MEDIAN_SE * sigma / samples**0.5 / median_s * 100
 
 
+def as_figure_pct(time_pct: float) -> float:
+    """A band on a median time as a band on its figure (GB/s, TFLOP/s: work / time): a time t% longer is a figure
+    100 t / (100 + t) % lower (a call 100% slower halves its GB/s: -50%, not -100%)."""
+    return 100 * time_pct / (100 + time_pct)
+
+
 def run_noise_pct(samples: int | None, p10_s: float | None, median_s: float | None, p90_s: float | None) -> float | None:
     """The noise band of the run being judged: its median's confidence interval (noise_pct), but never more than
     how much slower its median is than its fast decile (p10). A shared machine only ever slows calls down
@@ -57,10 +63,11 @@ class Figure:
     p10_s: float | None = None
     median_s: float | None = None
     p90_s: float | None = None
+    method: str | None = None  # how it was timed ("single", "burst"); a document from before methods: None
 
     @classmethod
     def of(cls, key: Hashable, label: str, value: float | None, timing: Timing) -> Figure:
-        return cls(key, label, value, timing.samples, timing.p10_s, timing.median_s, timing.p90_s)
+        return cls(key, label, value, timing.samples, timing.p10_s, timing.median_s, timing.p90_s, timing.method)
 
     @property
     def noise_pct(self) -> float | None:
@@ -79,6 +86,7 @@ class Baseline:
     figures: dict[Hashable, Figure]  # only cells with a figure and its samples' spread
     runs: int = 1
     run_spread_pct: dict[Hashable, float] = field(default_factory=dict)  # per cell, half the range of the runs' figures, in %
+    device_kinds: dict[str, str] = field(default_factory=dict)  # device name -> its kind, as the baseline measured it
 
 
 def pool(baselines: list[Baseline]) -> Baseline:
@@ -100,9 +108,11 @@ def pool(baselines: list[Baseline]) -> Baseline:
             p10_s=median(f.p10_s for f in fs if f.p10_s is not None),
             median_s=median(f.median_s for f in fs if f.median_s is not None),
             p90_s=median(f.p90_s for f in fs if f.p90_s is not None),
+            method=fs[0].method if len({f.method for f in fs}) == 1 else "mixed",  # runs timed two ways: not comparable
         )  # fmt: skip
         spread[key] = (max(values) - min(values)) / 2 / value * 100
-    return Baseline(", ".join(b.name for b in baselines), figures, sum(b.runs for b in baselines), spread)
+    kinds = {name: kind for b in baselines for name, kind in b.device_kinds.items()}
+    return Baseline(", ".join(b.name for b in baselines), figures, sum(b.runs for b in baselines), spread, kinds)
 
 
 # Which cells a bench leaves out of the judgement: from the baseline, a function of each baseline figure giving
@@ -149,10 +159,11 @@ class Regression:
 
     cell: str  # the cell, as its bench names it
     baseline: float  # the baseline's figure (the median of its runs')
-    value: float | None  # this run's; None: nothing measured now (a regression, whatever the noise)
+    value: float | None  # this run's; None: nothing measured now, or (absent) not in this run: a regression either way
     change_pct: float | None  # negative: slower than the baseline
     noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # the noise band: this run's ~95% interval plus the baseline's (or the spread of its runs, the wider)
     beyond_noise_pct: float | None = field(default=None, metadata=json_schema(minimum=0))  # points by which the drop went past the band
+    absent: bool = False  # the baseline has the cell and this run has not (a device lost, a size no longer measured)
 
 
 @dataclass(frozen=True)
@@ -173,38 +184,70 @@ class Gate:
     all_sizes: bool = False  # every compared cell judged (bench transfer --gate-all-sizes)
     # Why the cells not gated were left out, and how many each: "latency" (collective cells of 64 KiB and below),
     # "latency-bound" (transfer paths whose fixed cost is over a tenth of their time), "one-size" (a transfer path
-    # measured at one size, which cannot tell fixed cost from bytes).
+    # measured at one size, which cannot tell fixed cost from bytes), "method" (timed another way in the baseline:
+    # call by call against bursts), "noisy" (a noise band so wide that with --max-regression no drop could fail).
     left_out: dict[str, int] = field(default_factory=dict)
+
+
+# Why the gate itself leaves a compared cell out (a bench's rule adds its own reasons: GateSpec.left_out_words).
+GATE_LEFT_OUT_WORDS = {
+    "method": "{n} cells timed another way in the baseline (call by call against bursts, or a document from before "
+    "bursts): not gated; record the baseline again with this devctl",
+    "noisy": "{n} cells too noisy to gate: their noise band alone leaves no drop that could fail; more --repeats, "
+    "a quieter machine or more baseline runs narrow it",
+}
 
 
 def judge(
     figures: Iterable[Figure], baseline: Baseline, max_regression_pct: float, unit: str,
     rule: Rule = judge_all, *, all_sizes: bool = False,
 ) -> Gate:  # fmt: skip
-    """Every cell of this run that the baseline has, those the rule does not leave out judged against their band."""
+    """Every cell of this run that the baseline has, those the rule does not leave out judged against their band;
+    and every cell the rule would judge that the baseline has and this run has not (absent: a regression).
+
+    The band is in figure terms, as the change is: each median's noise (time) as_figure_pct, the baseline's the
+    wider of that and its runs' spread (already a spread of figures)."""
     why_not = rule(baseline)
     compared = judged = 0
     left_out: dict[str, int] = {}
     regressions, bands = [], []
+    seen = set()
+
+    def leave_out(why: str) -> None:
+        left_out[why] = left_out.get(why, 0) + 1
+
     for f in figures:
+        seen.add(f.key)
         base = baseline.figures.get(f.key)
         if base is None or base.value is None:
             continue
         compared += 1
         why = None if all_sizes else why_not(base)
         if why is not None:
-            left_out[why] = left_out.get(why, 0) + 1
+            leave_out(why)
             continue
-        judged += 1
         if f.value is None:
+            judged += 1
             regressions.append(Regression(f.label, base.value, None, None))
             continue
-        band = max(base.noise_pct or 0.0, baseline.run_spread_pct.get(f.key, 0.0)) + (f.run_noise_pct or 0.0)
+        if (base.method or "single") != (f.method or "single"):  # a document from before bursts timed call by call
+            leave_out("method")
+            continue
+        base_band = max(as_figure_pct(base.run_noise_pct or 0.0), baseline.run_spread_pct.get(f.key, 0.0))
+        band = base_band + as_figure_pct(f.run_noise_pct or 0.0)
+        if band + max_regression_pct >= 100 and band >= max_regression_pct:  # the noise, not the allowance asked, lets no drop fail
+            leave_out("noisy")
+            continue
+        judged += 1
         bands.append(band)
         change = (f.value / base.value - 1) * 100
         beyond = -change - band
         if beyond > max_regression_pct:
             regressions.append(Regression(f.label, base.value, f.value, change, band, beyond))
+    for key, base in baseline.figures.items():
+        if key not in seen and base.value is not None and (all_sizes or why_not(base) is None):
+            judged += 1
+            regressions.append(Regression(base.label, base.value, None, None, absent=True))
     return Gate(
         baseline.name, unit, max_regression_pct, not regressions, compared, judged, sum(left_out.values()),
         tuple(regressions), min(bands, default=None), max(bands, default=None), baseline.runs, all_sizes, left_out,

@@ -3,7 +3,7 @@ and how far past its noise band it fell, and the cells left out and why."""
 
 from __future__ import annotations
 
-from devctl.model.gate import Gate, GateSpec
+from devctl.model.gate import GATE_LEFT_OUT_WORDS, Gate, GateSpec
 from devctl.units import figure
 
 
@@ -22,12 +22,14 @@ def gate_lines(gate: Gate, spec: GateSpec) -> list[str]:
         lines = [f"{base}: {len(gate.regressions)} of {gate.gated} {which} fell more than {allowed}:"]
     for r in gate.regressions:
         if r.value is None or r.change_pct is None:
-            lines.append(f"  {r.cell}: {spec.missing_words}, baseline {figure(r.baseline)} {unit}")
+            missing = "not in this run (the baseline has it)" if r.absent else spec.missing_words
+            lines.append(f"  {r.cell}: {missing}, baseline {figure(r.baseline)} {unit}")
             continue
         noise = "" if r.noise_pct is None or r.beyond_noise_pct is None else (
             f" (noise band ±{r.noise_pct:.0f}%: {r.beyond_noise_pct:.0f} points beyond it)"
         )
         lines.append(f"  {r.cell}: {figure(r.value)} {unit}, {r.change_pct:+.0f}% vs {figure(r.baseline)} {unit}{noise}")
     for why, n in gate.left_out.items():
-        lines.append(spec.left_out_words.get(why, "{n} cells not gated ({why})").format(n=n, why=why))
+        words = {**GATE_LEFT_OUT_WORDS, **spec.left_out_words}
+        lines.append(words.get(why, "{n} cells not gated ({why})").format(n=n, why=why))
     return lines
