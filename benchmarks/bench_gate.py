@@ -187,7 +187,7 @@ def main() -> int:
         failed: dict[str, int] = {}
         for code, doc, _, _ in rs:
             for r in (doc or {}).get("gate", {}).get("regressions", []):
-                name = f"{r['direction']} {size(r['size_bytes'])}"
+                name = r["cell"]
                 failed[name] = failed.get(name, 0) + 1
         if failed:
             print("  cells that failed: " + ", ".join(f"{k} x{v}" for k, v in sorted(failed.items())))

@@ -159,6 +159,17 @@ def test_unknown_collective_and_bad_mesh_syntax():
     assert_usage_error(run_devctl("bench", "collective", "--dtype", "complex64", env=cpu_env()), "--dtype", "float32")
 
 
+def test_a_size_that_holds_no_element_or_no_machine_is_bad_input():
+    """A size under one element of the widest dtype asked, or over 1T a device, measures nothing: exit 2 before jax
+    starts (bench matmul's short dtype names work here too)."""
+    assert_usage_error(run_devctl("bench", "collective", "--sizes", "3", env=cpu_env()), "at least 4 bytes (one float32 element)", "'3'")
+    proc = run_devctl("bench", "collective", "--dtype", "bf16", "--sizes", "1", env=cpu_env())
+    assert_usage_error(proc, "at least 2 bytes (one bfloat16 element)")
+    proc = run_devctl("bench", "collective", "--dtype", "int8,f32", "--sizes", "2", env=cpu_env())
+    assert_usage_error(proc, "at least 4 bytes (one float32 element)")
+    assert_usage_error(run_devctl("bench", "collective", "--sizes", "2T", env=cpu_env()), "'2T' is more than 1T per device")
+
+
 def test_mesh_that_does_not_multiply_to_the_device_count():
     proc = run_devctl("bench", "collective", *SMALL, "--mesh", "data=3,model=2", env=cpu_env())
     assert_usage_error(proc, "data=3,model=2", "6 devices", "there are 4")

@@ -333,3 +333,11 @@ def test_a_cell_s_figures_are_per_call_and_its_overhead_is_paired_and_never_nega
     assert not long.wants_single(0.2) and long.wants_single(0.24)
     assert Timing(2).wants_single(0.0) and not Timing(500, single=[1e-4] * 50).wants_single(100.0)
     assert burst_limit(type("NoDonation", (), {"max_burst": MIN_CALLS})()) == MIN_CALLS
+
+
+def test_a_child_that_falls_silent_is_killed_and_the_line_says_where(tmp_path):
+    """--timeout is how long the child may say nothing: past it, one line says so, how long, and its last event."""
+    proc = run_devctl("bench", "memory", "--quick", "--timeout", "0.2", env=devctl_env(1))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "said nothing for 0.2 s and was killed (--timeout; " in line, line

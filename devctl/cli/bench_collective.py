@@ -35,7 +35,7 @@ SizesOpt = Annotated[
     ),
 ]
 DtypeOpt = Annotated[
-    Optional[list[str]], Option("--dtype", metavar="NAME", autocompletion=completion.names(lambda: m.DTYPES), help=f"{', '.join(m.DTYPES)} (default float32); repeatable or comma-separated.")
+    Optional[list[str]], Option("--dtype", metavar="NAME", autocompletion=completion.names(lambda: m.DTYPES), help=f"{', '.join(m.DTYPES)} (or bf16, f32, f16, i32, i8; default float32); repeatable or comma-separated.")
 ]
 MeshOpt = Annotated[
     Optional[str],
@@ -48,6 +48,15 @@ MeshOpt = Annotated[
 ]
 AllPairsOpt = Annotated[bool, Option("--all-pairs", help="Also ppermute between every ordered pair of each axis: a link matrix.")]
 _AXIS = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
+# The short names bench matmul takes, for the same dtypes.
+_SHORT = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "i32": "int32", "i8": "int8"}
+
+
+def _spelled_out(items: list[str] | None) -> list[str] | None:
+    """--dtype values with the short names (bf16, f32) written out."""
+    if items is None:
+        return None
+    return [",".join(_SHORT.get(t.strip().lower(), t) for t in item.split(",")) for item in items]
 
 
 BENCH = Bench(m.GATE, m, "Two sizes", seconds="budget_s", seconds_help="Timed seconds per cell: small sizes take more samples within it", most=10_000, verbose=True)
@@ -67,10 +76,13 @@ def collective(
     all_print: bool,
 ) -> None:
     """Collective bandwidth over a mesh of devices (psum, all-gather, psum_scatter, all-to-all, ppermute), with nccl-tests' bus bandwidth."""
+    dtypes = choose("--dtype", _spelled_out(dtype), m.DTYPES, ("float32",), allow_all=False)
+    # At least one element of the widest dtype asked, at most 1T a device (nothing holds more).
+    widest = max(dtypes, key=m.DTYPE_BYTES.__getitem__)
     opts = m.CollectiveOptions(
         collectives=choose("--collective", collective_names, m.COLLECTIVES, m.COLLECTIVES),
-        sizes_bytes=parse_sizes(sizes) if sizes is not None else None,
-        dtypes=choose("--dtype", dtype, m.DTYPES, ("float32",), allow_all=False),
+        sizes_bytes=parse_sizes(sizes, "1K,1M,64M", m.DTYPE_BYTES[widest], f"bytes (one {widest} element)", 1 << 40) if sizes is not None else None,
+        dtypes=dtypes,
         mesh=parse_mesh(mesh),
         all_pairs=all_pairs,
         **flags.counts(),

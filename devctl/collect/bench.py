@@ -27,7 +27,10 @@ def run_probe(module: str, request: dict, timeout_s: float, command: str, on_eve
     if check is not None:
         check(result)
     if result.last("done") is None or result.last("plan") is None:
-        raise DevctlError(f"{command}: the benchmark process {result.failure_text()}")
+        from devctl.probe.runner import last_word
+
+        where = f" (--timeout; {last_word(result.events)})" if result.timed_out else ""
+        raise DevctlError(f"{command}: the benchmark process {result.failure_text()}{where}")
     return result
 
 

@@ -30,7 +30,8 @@ SCHEMA = "devctl.bench.collective/2"
 
 Collective = Literal["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ppermute"]
 COLLECTIVES: tuple[str, ...] = get_args(Collective)
-DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "int32", "int8")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int32": 4, "int8": 1}  # bytes per element
+DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
 Scope = Literal["intra-host", "inter-host"]
 SCOPES: tuple[str, ...] = get_args(Scope)
 

@@ -30,6 +30,7 @@ class ChildResult:
     events: list[dict] = field(default_factory=list)
     returncode: int | None = None
     timed_out: bool = False
+    silence_s: float | None = None  # timed out: how long it had said nothing (the watchdog's limit)
     output_tail: str = ""  # the child's merged stdout and stderr, last few KiB
     output_head: str = ""  # ... and first few KiB: where XLA says why it ends the process, before a long dump
     elapsed_s: float = 0.0
@@ -56,7 +57,7 @@ class ChildResult:
     def failure_text(self) -> str:
         """Why the child did not finish, in one line."""
         if self.timed_out:
-            return "did not answer in time and was killed"
+            return f"said nothing for {self.silence_s:g} s and was killed" if self.silence_s else "did not answer in time and was killed"
         from devctl.model.xla_flags import fatal_message
 
         said = fatal_message(f"{self.output_head}\n{self.output_tail}")
@@ -64,6 +65,19 @@ class ChildResult:
             return f"killed by {self.signal_name}" + (f": {said}" if said else "")
         why = said or last_line(self.output_tail)
         return f"exited with status {self.returncode}" + (f": {why}" if why else "")
+
+
+# What names the work a probe child's event is about, in the order a person reads it.
+_WHAT = ("kind", "name", "collective", "axis", "direction", "variant", "device", "dtype", "n", "size_bytes")
+
+
+def last_word(events: list[dict]) -> str:
+    """The last thing a child said before it went silent: where it was stuck."""
+    if not events:
+        return "it said nothing at all"
+    ev = events[-1]
+    what = " ".join(str(ev[k]) for k in _WHAT if isinstance(ev.get(k), (str, int)) and not isinstance(ev.get(k), bool))
+    return f"its last event: {ev.get('event')}" + (f" ({what})" if what else "")
 
 
 def last_line(text: str) -> str:
@@ -255,7 +269,7 @@ def _pump(proc, read_fd, result: ChildResult, timeout_s: float, on_event) -> Non
     while open_streams:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            result.timed_out = True
+            result.timed_out, result.silence_s = True, timeout_s
             _kill(proc)
             break
         for key, _ in sel.select(timeout=remaining):
