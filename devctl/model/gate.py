@@ -3,10 +3,12 @@
 A cell is seen as a Figure: what identifies it across runs (its key, and a label for people), its headline figure
 (GB/s, TFLOP/s: higher is better) and its samples' count, p10, median and p90. A cell regresses when its figure
 falls below the baseline's by more than the allowed drop plus the noise band: the ~95% confidence interval of
-each median (noise_pct; for the run judged, never more than its median's distance from its fast decile:
-run_noise_pct), and, for a baseline of several runs, the wider of that and half the range of the runs' figures
-(pool). A bench may leave cells out of the judgement, with a reason, decided from the baseline alone (so that
-every rerun judges the same cells): GateSpec.rule. Pure stdlib: the CLI builds and renders these without jax.
+each median (noise_pct), never more than its median's distance from its fast decile (run_noise_pct), taken as
+the drop in the figure it allows (as_figure_pct), and, for a baseline of several runs, the wider of that and
+half the range of the runs' figures (pool). A bench may leave cells out of the judgement, with a reason, decided
+from the baseline alone (so that every rerun judges the same cells): GateSpec.rule; the gate itself leaves out
+cells timed another way and cells too noisy to fail (GATE_LEFT_OUT_WORDS). Pure stdlib: the CLI builds and
+renders these without jax.
 """
 
 from __future__ import annotations
@@ -185,7 +187,7 @@ class Gate:
     # Why the cells not gated were left out, and how many each: "latency" (collective cells of 64 KiB and below),
     # "latency-bound" (transfer paths whose fixed cost is over a tenth of their time), "one-size" (a transfer path
     # measured at one size, which cannot tell fixed cost from bytes), "method" (timed another way in the baseline:
-    # call by call against bursts), "noisy" (a noise band so wide that with --max-regression no drop could fail).
+    # call by call against bursts), "noisy" (a noise band so wide that no drop could fail it).
     left_out: dict[str, int] = field(default_factory=dict)
 
 
