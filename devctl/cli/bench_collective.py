@@ -13,7 +13,7 @@ import typer
 from devctl.cli import completion
 from devctl.cli.bench_options import Bench, BenchFlags, bench_options, parse_sizes, run_bench, sizes_option
 from devctl.cli.cluster import cluster_options
-from devctl.cli.options import choose, shown, split_list
+from devctl.cli.options import DTYPE_NAMES, choose, shown, split_list
 from devctl.errors import UsageError
 from devctl.model import bench_collective as m
 from devctl.model.distributed import ClusterParams
@@ -48,15 +48,13 @@ MeshOpt = Annotated[
 ]
 AllPairsOpt = Annotated[bool, Option("--all-pairs", help="Also ppermute between every ordered pair of each axis: a link matrix.")]
 _AXIS = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
-# The short names bench matmul takes, for the same dtypes.
-_SHORT = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "i32": "int32", "i8": "int8"}
 
 
 def _spelled_out(items: list[str] | None) -> list[str] | None:
-    """--dtype values with the short names (bf16, f32) written out."""
+    """--dtype values with the short names (bf16, f32: DTYPE_NAMES) written out."""
     if items is None:
         return None
-    return [",".join(_SHORT.get(t.strip().lower(), t) for t in item.split(",")) for item in items]
+    return [",".join(DTYPE_NAMES.get(t.strip().lower(), t) for t in item.split(",")) for item in items]
 
 
 BENCH = Bench(m.GATE, m, "Two sizes", seconds="budget_s", seconds_help="Timed seconds per cell: small sizes take more samples within it", most=10_000, verbose=True)

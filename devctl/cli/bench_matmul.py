@@ -9,7 +9,7 @@ import typer
 
 from devctl.cli import completion
 from devctl.cli.bench_options import Bench, BenchFlags, DeviceOpt, bench_options, run_bench, sizes_option
-from devctl.cli.options import parse_devices, shown, split_list
+from devctl.cli.options import DTYPE_NAMES, parse_devices, shown, split_list
 from devctl.errors import UsageError
 from devctl.model import bench as c
 from devctl.model import bench_matmul as m
@@ -50,7 +50,7 @@ def parse_dtypes(items: list[str] | None) -> tuple[str, ...]:
     names = split_list("--dtype", items, f"one or more of {', '.join(m.DTYPES)}, all")
     if names is None:
         return m.DTYPES
-    aliases = {"bfloat16": "bf16", "float32": "f32", "fp32": "f32"}
+    aliases = {long: short for short, long in DTYPE_NAMES.items() if short in m.DTYPES} | {"fp32": "f32"}
     chosen = set()
     for n in names:
         key = aliases.get(n.lower(), n.lower())

@@ -252,6 +252,10 @@ def check_seconds(flag: str, value: float | None, default: float, *, high: float
     return value
 
 
+# dtype names as JAX writes them, by the short names people type (bench matmul's own names are the short ones).
+DTYPE_NAMES = {"bf16": "bfloat16", "f32": "float32", "fp32": "float32", "f16": "float16", "i32": "int32", "i8": "int8"}
+
+
 def choose(flag: str, items: list[str] | None, choices: tuple[str, ...], default: tuple[str, ...], *, allow_all: bool = True) -> tuple[str, ...]:
     """Names from a closed set (repeatable or comma-separated, any case), in the set's order; `all` for every one
     when `allow_all`; `default` when not given."""
