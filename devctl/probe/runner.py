@@ -29,8 +29,7 @@ _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspat
 class ChildResult:
     events: list[dict] = field(default_factory=list)
     returncode: int | None = None
-    timed_out: bool = False
-    silence_s: float | None = None  # timed out: how long it had said nothing (the watchdog's limit)
+    silence_s: float | None = None  # killed by the watchdog: how long it had said nothing (the watchdog's limit)
     output_tail: str = ""  # the child's merged stdout and stderr, last few KiB
     output_head: str = ""  # ... and first few KiB: where XLA says why it ends the process, before a long dump
     elapsed_s: float = 0.0
@@ -45,6 +44,10 @@ class ChildResult:
         return None
 
     @property
+    def timed_out(self) -> bool:
+        return self.silence_s is not None
+
+    @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
 
@@ -57,7 +60,7 @@ class ChildResult:
     def failure_text(self) -> str:
         """Why the child did not finish, in one line."""
         if self.timed_out:
-            return f"said nothing for {self.silence_s:g} s and was killed" if self.silence_s else "did not answer in time and was killed"
+            return f"said nothing for {self.silence_s:g} s and was killed"
         from devctl.model.xla_flags import fatal_message
 
         said = fatal_message(f"{self.output_head}\n{self.output_tail}")
@@ -269,7 +272,7 @@ def _pump(proc, read_fd, result: ChildResult, timeout_s: float, on_event) -> Non
     while open_streams:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            result.timed_out, result.silence_s = True, timeout_s
+            result.silence_s = timeout_s
             _kill(proc)
             break
         for key, _ in sel.select(timeout=remaining):
