@@ -307,7 +307,7 @@ def test_a_process_0_that_never_answers_is_named():
     from types import SimpleNamespace
 
     from devctl.probe.bench import ChildProblem
-    from devctl.probe.bench_collective_cluster import Agreement
+    from devctl.probe.bench_collective import Agreement
 
     def never(key, wait_ms):
         raise RuntimeError(f"DEADLINE_EXCEEDED: {key} not found after {wait_ms} ms")

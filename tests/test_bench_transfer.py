@@ -575,7 +575,7 @@ def test_bad_baselines(tmp_path):
 
 
 def test_pcie_peak_table():
-    from devctl.probe.bench_transfer_links import pcie_peak_gbps
+    from devctl.probe.bench_transfer import pcie_peak_gbps
 
     assert pcie_peak_gbps(5, 16) == pytest.approx(63.0, abs=0.02)
     assert pcie_peak_gbps(4, 16) == pytest.approx(31.5, abs=0.02)

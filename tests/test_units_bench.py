@@ -559,7 +559,7 @@ def test_median_of_an_even_count_is_the_midpoint():
 
 
 def test_moved_bytes_leave_out_what_aliases_the_source():
-    from devctl.probe.bench_transfer_buffers import moved_bytes, overlaps
+    from devctl.probe.bench_transfer_recipes import moved_bytes, overlaps
 
     src = [(1000, 100)]
     assert moved_bytes([(5000, 100)], src) == 100
@@ -812,7 +812,7 @@ def test_every_burst_of_transfers_from_one_source_waits_on_every_result():
 
     from devctl.model.bench_transfer import ALL_VARIANTS
     from devctl.probe.bench_transfer import Bench
-    from devctl.probe.bench_transfer_buffers import HostBuffers
+    from devctl.probe.bench_transfer_recipes import HostBuffers
 
     bench = Bench(TransferOptions(directions=("h2d", "d2h", "d2d-self"), variants=ALL_VARIANTS, sizes_bytes=(MIB,)), jax, np)
     bench.resolve()
@@ -838,7 +838,7 @@ def test_a_transfers_verification_refuses_a_wrong_result(direction):
     import numpy as np
 
     from devctl.probe.bench_transfer import Bench
-    from devctl.probe.bench_transfer_buffers import PATTERN_PERIOD, HostBuffers
+    from devctl.probe.bench_transfer_recipes import PATTERN_PERIOD, HostBuffers
 
     size = 2 * PATTERN_PERIOD + 4099
     bench = Bench(TransferOptions(directions=(direction,), sizes_bytes=(size,)), jax, np)
@@ -868,7 +868,7 @@ import dataclasses, json
 import jax, numpy as np
 from devctl.model.bench_transfer import TransferOptions
 from devctl.probe.bench_transfer import Bench
-from devctl.probe.bench_transfer_buffers import HostBuffers
+from devctl.probe.bench_transfer_recipes import HostBuffers
 
 bench = Bench(TransferOptions(directions=("h2d", "d2d"), layouts=("replicated",), sizes_bytes=(1 << 20,)), jax, np)
 bench.resolve()
@@ -905,7 +905,7 @@ def test_a_burst_of_real_transfers_gives_every_timing_field_and_the_bytes_moved(
     import numpy as np
 
     from devctl.probe.bench_transfer import Bench
-    from devctl.probe.bench_transfer_buffers import HostBuffers
+    from devctl.probe.bench_transfer_recipes import HostBuffers
 
     bench = Bench(TransferOptions(directions=(direction,), sizes_bytes=(MIB,), repeats=3, min_time_s=0.01), jax, np)
     bench.resolve()

@@ -8,17 +8,10 @@ gate and every earlier --json result read them. Pure stdlib.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any
 
 from devctl.model import json_schema
 from devctl.units import percentile
-
-# burst: K calls dispatched back to back between two synchronisations, the figure the burst's time / K (the
-# chip's own speed; the launch and sync measured apart as call_overhead_s). single: each sample one call and its
-# synchronisation, where that fixed cost is the figure (a 4 KiB transfer, a small collective) or where a call
-# cannot be repeated without a fresh input (a transfer from the host).
-Method = Literal["burst", "single"]
-METHODS: tuple[str, ...] = get_args(Method)
 
 STAT_KEYS = ("min_s", "p10_s", "median_s", "p90_s", "max_s", "mean_s", "cv")
 
@@ -27,7 +20,11 @@ STAT_KEYS = ("min_s", "p10_s", "median_s", "p90_s", "max_s", "mean_s", "cv")
 class Timing:
     """A cell's timing: how it was timed and its samples' statistics, in seconds per call."""
 
-    method: str | None = field(default=None, metadata=json_schema(enum=(*METHODS, None)))  # None: nothing timed
+    # burst: K calls dispatched back to back between two synchronisations, the figure the burst's time / K (the
+    # chip's own speed; the launch and sync measured apart as call_overhead_s). single: each sample one call and its
+    # synchronisation, where that fixed cost is the figure (a 4 KiB transfer, a small collective) or where a call
+    # cannot be repeated without a fresh input (a transfer from the host). None: nothing timed.
+    method: str | None = field(default=None, metadata=json_schema(enum=("burst", "single", None)))
     samples: int = field(default=0, metadata=json_schema(minimum=0))  # samples timed; each gives one time per call
     # burst: calls dispatched back to back per sample, then one block_until_ready on the last, calibrated so that a
     # burst lasts the run's burst_min_s; single: 1. None: nothing timed.

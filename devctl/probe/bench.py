@@ -7,20 +7,10 @@ Every bench child reads its request, emits `plan` {devices, environment, cells, 
 not run (a sweep stopped early), and `done` {elapsed_s, ...}; or one
 `error` {kind, message} (kind usage: bad input only the child can see, the parent exits 2).
 
-Timing (reference/monitoring-and-transfer.md B.6): compiled before any timing; untimed warm-ups; no garbage
-collection inside a timed stretch; samples until both --repeats and --min-time are met (bounded in wall time and
-count); the cells measured together take turns sample by sample, so that a busy moment of the machine does not
-fall on one device alone.
-
-A sample is a burst: K calls dispatched back to back, then one block_until_ready, and the figure is the burst's
-wall time / K. One call followed by block_until_ready also times JAX's launch and the host's synchronisation
+Timing: docs/bench.md (bench memory, Method); time_interleaved below. A sample is a burst of K calls and one
+block_until_ready, because one call + block_until_ready also times JAX's launch and the host's synchronisation
 (about 0.2 ms on an H200, where it read a 1 GiB copy 29% and a bf16 4096 matmul 44% low:
-reference/h200-observations.md section 2); nccl-tests, nvbandwidth and accelerator-microbenchmarks likewise time
-many iterations between two synchronisations. K is calibrated per cell so that a burst lasts BURST_MIN_S, which
-leaves one launch and sync a percent or less of it. Where calls must run one after another, each call's result
-feeds the next (the copy reads the previous result, the matmul writes into it). One call + block_until_ready is
-timed apart in the rounds, and how much longer it takes than a call in a burst is reported as the per-call
-overhead: a step of a job pays it, the figures do not. A latency cell is timed call by call (K = 1).
+reference/h200-observations.md section 2).
 """
 
 from __future__ import annotations
@@ -30,14 +20,13 @@ import math
 import os
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Callable
 
-from devctl.model.bench import BURST_MIN_S, ChipOptions
-from devctl.model.bench_transfer import TransferOptions
+from devctl.model import to_jsonable
+from devctl.model.bench import BURST_MIN_S, BenchDevice, ChipOptions
 from devctl.model.timing import sample_stats, single_timing
-from devctl.probe.bench_devices import device_free_bytes, device_name, dist_version, host_available_bytes
 from devctl.probe.channel import emit, read_request
 from devctl.text import first_line
 from devctl.units import format_bytes
@@ -57,6 +46,8 @@ MIN_CALLS, MAX_CALLS = 2, 1000
 # SINGLE_SAMPLES, and past the first few only while they add at most SINGLE_SHARE to the bursts' time (where a call
 # is long, the launch is lost in its noise anyway, and a cell's time should go to its figure).
 SINGLE_SAMPLES, SINGLE_FIRST, SINGLE_SHARE = 50, 3, 0.25
+# How a child with one CPU device says where more come from.
+CPU_DEVICES_HINT = "; on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N gives N devices"
 
 
 class ChildProblem(Exception):
@@ -102,6 +93,68 @@ def local_devices(jax) -> list:
         raise ChildProblem(f"JAX found no usable device: {type(e).__name__}: {first_line(e)}") from e
 
 
+# ---- the facts every bench child reports about each jax device, the memory free on it and on the host -----------
+
+
+def device_name(dev) -> str:
+    platform_name = getattr(getattr(dev, "client", None), "platform", None) or dev.platform
+    return f"{platform_name}:{dev.id}"
+
+
+def memory_kinds(dev) -> tuple[str, ...]:
+    try:
+        return tuple(mem.kind for mem in dev.addressable_memories())
+    except Exception:
+        return ()
+
+
+def device_stats(dev) -> dict:
+    try:
+        return dev.memory_stats() or {}
+    except Exception:
+        return {}
+
+
+def device_free_bytes(dev) -> int | None:
+    if dev.platform == "cpu":
+        return None  # CPU devices report no memory of their own; the host check covers them
+    st = device_stats(dev)
+    limit = st.get("bytes_limit")
+    if not limit:
+        return None
+    return max(int(limit) - int(st.get("bytes_in_use", 0)), 0)
+
+
+def device_info(dev) -> BenchDevice:
+    limit = device_stats(dev).get("bytes_limit")
+    return BenchDevice(
+        id=dev.id,
+        name=device_name(dev),
+        platform=dev.platform,
+        device_kind=dev.device_kind,
+        memory_kinds=memory_kinds(dev),
+        bytes_limit=int(limit) if limit else None,
+    )
+
+
+def dist_version(dist: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(dist)
+    except Exception:
+        return None
+
+
+def host_available_bytes() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:
+        return None
+
+
 def find_device(local: list, ref: Any, flag: str) -> Any:
     """The local device a DeviceRef names; a platform other than the device's is as unknown as a missing id."""
     for d in local:
@@ -112,48 +165,25 @@ def find_device(local: list, ref: Any, flag: str) -> Any:
     raise UsageProblem(f"unknown device {what} for {flag}; this host's {device_name(local[0]).split(':')[0]} devices are {ids}")
 
 
-def resolve_devices(opts: ChipOptions, local: list) -> list:
+def resolve_devices(opts: Any, local: list) -> list:
     """The local devices --device names (every one when not given: the point is to compare them)."""
     if not opts.devices:
         return list(local)
     return list(dict.fromkeys(find_device(local, ref, "--device") for ref in opts.devices))
 
 
-def prepare_and_time(devices: list, need_bytes: int, what: str, make: Callable[[Any], Any], opts: ChipOptions) -> tuple[dict, dict, dict]:
-    """Every device's callable made with `make(dev)` (or skipped, with why: no room for `need_bytes`, or making it
-    failed), then all timed taking turns; (made, timings, skipped), each by device name."""
-    ready: dict[str, Any] = {}
-    skipped: dict[str, str] = {}
-    for dev in devices:
-        # Checked device by device as the buffers are made: on CPU the devices share host memory, and what the
-        # devices before this one hold is already gone from what is available.
-        why = room_problem(dev, need_bytes, what)
-        if why:
-            skipped[device_name(dev)] = why
-            continue
-        try:
-            ready[device_name(dev)] = make(dev)
-            emit("tick", samples=0)  # making the buffers and compiling is work too: the watchdog hears of it
-        except Exception as e:  # an out-of-memory or a backend refusal costs this device's cell, not the run
-            skipped[device_name(dev)] = failure_note(e)
-    try:
-        timings = time_interleaved(dict(ready), opts) if ready else {}
-    except Exception as e:
-        skipped.update(dict.fromkeys(ready, failure_note(e)))
-        timings = {}
-    return ready, timings, skipped
-
-
-def room_problem(dev, need_bytes: int, what: str) -> str | None:
-    """Why a cell needing `need_bytes` on `dev` must be skipped (device memory, or host memory for a CPU device)."""
-    if dev.platform == "cpu":
-        avail = host_available_bytes()
-        if avail is not None and need_bytes > avail * HOST_SHARE:
-            return f"skipped: {what} needs about {format_bytes(need_bytes)} of host memory, {format_bytes(avail)} available"
-        return None
-    free = device_free_bytes(dev)
-    if free is not None and need_bytes > free:
-        return f"skipped: {what} needs about {format_bytes(need_bytes)} on {device_name(dev)}, {format_bytes(free)} free"
+def room_problem(devs: list, per_device: int, what: str = "", host_share: float | None = HOST_SHARE) -> str | None:
+    """Why a cell needing `per_device` bytes on each of `devs` is skipped: CPU devices share host memory (their
+    needs add up; host_share None: the caller checks the host), the others have their own."""
+    lead = f"skipped: {what} needs about" if what else "skipped: needs about"
+    cpu = [d for d in devs if d.platform == "cpu"]
+    avail = host_available_bytes() if cpu and host_share is not None else None
+    if avail is not None and host_share is not None and per_device * len(cpu) > avail * host_share:
+        return f"{lead} {format_bytes(per_device * len(cpu))} of host memory, {format_bytes(avail)} available"
+    for d in devs:
+        free = device_free_bytes(d)  # None on CPU
+        if free is not None and per_device > free:
+            return f"{lead} {format_bytes(per_device)} on {device_name(d)}, {format_bytes(free)} free"
     return None
 
 
@@ -222,10 +252,8 @@ def single_call(call: Callable[[], Any]) -> float:
 
 
 def burst_limit(call: Any) -> int:
-    """The most calls one burst of `call` may hold: MAX_CALLS, or fewer where the callable says (a backend that
-    ignored a donation allocates each call's result, and a long burst would hold many of them at once)."""
-    limit = getattr(call, "max_burst", None)
-    return max(MIN_CALLS, min(MAX_CALLS, limit)) if isinstance(limit, int) else MAX_CALLS
+    """MIN_CALLS where the callable sets max_burst (a backend that ignored a donation allocates each result), else MAX_CALLS."""
+    return MIN_CALLS if getattr(call, "max_burst", None) else MAX_CALLS
 
 
 def choose_calls(run_burst: Callable[[int], float], limit: int = MAX_CALLS, target_s: float = BURST_MIN_S) -> int:
@@ -246,26 +274,19 @@ def choose_calls(run_burst: Callable[[int], float], limit: int = MAX_CALLS, targ
 
 
 def time_interleaved(
-    calls: dict[str, Callable[[], Any] | None], opts: ChipOptions | TransferOptions, *,
+    calls: dict[str, Callable[[], Any] | None], opts: Any, *,
     timed_alone: dict[str, Callable[[], float]] | None = None, limits: dict[str, int] | None = None, warmed: int = 0,
     agree: Callable[[Any], Any] = lambda choice: choice,
 ) -> dict[str, Timing]:
     """Each cell's Timing of its `call` (which must return an array without waiting for it; where its results are to
     follow one another, each call feeds its result to the next). `opts`: a bench's repeats, min_time_s and warmups.
-
     A call timed alone is single_call, or `timed_alone[name]`, its seconds, where the caller times that call its
-    own way (a transfer's fresh source, made untimed). Each cell gets --warmups untimed calls alone (less `warmed`,
-    calls already made), then its burst length K is calibrated (choose_calls, at most `limits[name]` or
-    burst_limit). A cell whose call is None, or whose limit is under MIN_CALLS, is timed call by call (K = 1: a
-    latency, a call that needs a fresh input), each sample one call timed alone. The cells take turns, one sample
-    each per round (the first of the round rotating): whatever else the machine is doing at a moment slows every
-    device alike, so a device is named a straggler for being slow, not for being measured while another job ran. A
-    cell's turn in a round is one burst, after one call timed alone while Timing.wants_single. Rounds go on until
-    every cell has --repeats samples and --min-time of timed calls (or MAX_SAMPLES, or the wall-clock cap).
-
-    Every choice made from a timing (a warm-up's length, a calibration burst's, whether to time a call alone, whether
-    to stop) goes through `agree`: with several processes calling one collective, each must make the same calls, so
-    process 0's choice is every process's (devctl.probe.bench_collective_cluster.Agreement.agree).
+    own way (a transfer's fresh source, made untimed); `warmed`: warm-up calls already made; `limits[name]`: the
+    most calls a burst may hold (else burst_limit). A cell whose call is None, or whose limit is under MIN_CALLS, is
+    timed call by call. The cells take turns so that a device is named a straggler for being slow, not for being
+    measured while another job ran. Every choice made from a timing goes through `agree`: with several processes
+    calling one collective, each must make the same calls, so process 0's choice is every process's
+    (devctl.probe.bench_collective.Agreement.agree).
     """
     alone = {k: partial(single_call, call) for k, call in calls.items() if call is not None} | (timed_alone or {})
     last_beat = time.perf_counter()
@@ -323,13 +344,8 @@ def time_interleaved(
 
 
 def environment(jax, np, local: list, opts: Any, sweep_note: str | None, **extra: Any) -> dict:
-    """A plan event's environment (model.bench.RunEnvironment): the host's, the settings every bench has, `extra`."""
-    settings = {"repeats": opts.repeats, "warmups": opts.warmups, "quick": opts.quick, "sweep_note": sweep_note}
-    return {**host_environment(jax, np, local), **settings, **extra}
-
-
-def host_environment(jax, np, local: list) -> dict:
-    """What every bench's run was on: versions, the machine, the settings of the environment that change it."""
+    """A plan event's environment (model.bench.RunEnvironment): what every bench's run was on (versions, the machine,
+    the settings of the environment that change it), the settings every bench has, `extra`."""
     backend = local[0].client
     try:
         affinity = sorted(os.sched_getaffinity(0))
@@ -347,7 +363,28 @@ def host_environment(jax, np, local: list) -> dict:
         "cpu_affinity": affinity,
         "xla_flags": os.environ.get("XLA_FLAGS"),
         "jax_platforms": os.environ.get("JAX_PLATFORMS"),
+        "repeats": opts.repeats,
+        "warmups": opts.warmups,
+        "quick": opts.quick,
+        "sweep_note": sweep_note,
+        **extra,
     }
+
+
+def emit_plan(devices: list, **fields: Any) -> None:
+    """A bench child's `plan` event: its devices' facts, then `fields` in the order given."""
+    emit("plan", devices=[to_jsonable(device_info(d)) for d in devices], **fields)
+
+
+def chained(first: Any, step: Callable[[Any], Any]) -> Callable[[], Any]:
+    """A call that feeds each result to the next: step(first), then step of that, and so on."""
+    last = [first]
+
+    def call() -> Any:
+        last[0] = step(last[0])
+        return last[0]
+
+    return call
 
 
 # ---- the per-device engine: bench memory and bench matmul are recipes run by it -------------------------------
@@ -360,23 +397,8 @@ class Group:
     base: Callable[[str], Any]  # device name -> its cell without figures (the recipe's cell dataclass)
     need_bytes: int  # device memory one device's cell holds
     what: str  # how a skipped cell names what did not fit
-    make: Callable[[Any], Any] | None  # device -> its prepared call (see Prepared); None: every cell skipped, `what` says why
+    make: Callable[[Any], Any] | None  # device -> its call (.verified, .in_place, .max_burst, .last_problem(): bench_memory.Copy); None: all skipped
     notes: tuple[str, ...] = ()  # what to know about every cell of the group (a size rounded down)
-
-
-class Prepared:
-    """What a recipe's `make` returns: a call that feeds each result to the next, checked after its first call
-    (`verified`) and, once timed, after its last (`last_problem`); `in_place`: the donated buffer was reused, and
-    `max_burst` (devctl.probe.bench.burst_limit) where it was not."""
-
-    verified: bool
-    in_place: bool
-    max_burst: int | None
-
-    def __call__(self) -> Any: ...
-
-    def last_problem(self) -> str | None:
-        """Why the result after the last call is wrong; None when it is right."""
 
 
 @dataclass
@@ -394,20 +416,13 @@ class Recipe:
 def run_recipe(options: type, recipe: Recipe, plan: Callable[[Any, Any, Any, str], tuple[list[Group], str | None, dict]]) -> int:
     """A per-device probe child: the devices --device names, the groups planned (`plan(opts, jax, np, platform)`:
     the groups, the sweep note and the plan event's extra fields), then each group measured and its cells emitted."""
-    from devctl.model import to_jsonable
-    from devctl.probe.bench_devices import device_info
 
     def body(opts: Any, jax: Any, np: Any) -> dict:
         local = local_devices(jax)
         devices = resolve_devices(opts, local)
         groups, note, extra = plan(opts, jax, np, devices[0].platform)
-        emit(
-            "plan",
-            devices=[to_jsonable(device_info(d)) for d in devices],
-            environment=environment(jax, np, local, opts, note, min_time_s=opts.min_time_s, burst_min_s=BURST_MIN_S),
-            cells=len(devices) * len(groups),
-            **extra,
-        )
+        env = environment(jax, np, local, opts, note, min_time_s=opts.min_time_s, burst_min_s=BURST_MIN_S)
+        emit_plan(devices, environment=env, cells=len(devices) * len(groups), **extra)
         for group in groups:
             for c in measure_group(devices, group, recipe, opts):
                 emit("cell", **to_jsonable(c))
@@ -420,11 +435,27 @@ def run_recipe(options: type, recipe: Recipe, plan: Callable[[Any, Any, Any, str
 def measure_group(devices: list, group: Group, recipe: Recipe, opts: ChipOptions) -> list:
     """Every device's cell of the group: each prepared (or skipped, with why), timed taking turns, checked after its
     last call, and its figure set against its roof."""
-    from dataclasses import replace
-
     if group.make is None:
         return [replace(group.base(device_name(d)), skipped=True, note=group.what) for d in devices]
-    ready, timings, skipped = prepare_and_time(devices, group.need_bytes, group.what, group.make, opts)
+    ready: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    for dev in devices:
+        # Checked device by device as the buffers are made: on CPU the devices share host memory, and what the
+        # devices before this one hold is already gone from what is available.
+        why = room_problem([dev], group.need_bytes, group.what)
+        if why:
+            skipped[device_name(dev)] = why
+            continue
+        try:
+            ready[device_name(dev)] = group.make(dev)
+            emit("tick", samples=0)  # making the buffers and compiling is work too: the watchdog hears of it
+        except Exception as e:  # an out-of-memory or a backend refusal costs this device's cell, not the run
+            skipped[device_name(dev)] = failure_note(e)
+    try:
+        timings = time_interleaved(dict(ready), opts) if ready else {}
+    except Exception as e:
+        skipped.update(dict.fromkeys(ready, failure_note(e)))
+        timings = {}
     cells = []
     for dev in devices:
         name = device_name(dev)
@@ -455,8 +486,6 @@ def measure_group(devices: list, group: Group, recipe: Recipe, opts: ChipOptions
 def figures(dev, base: Any, timing: Timing, verified: bool, note: str | None, recipe: Recipe) -> Any:
     """The cell with its timing, its figure (from the median; none when the result was wrong), its fastest sample's
     figure, its roof and its share of it."""
-    from dataclasses import replace
-
     st = timing.stats()
     work = recipe.work(base)
     value = work / st["median_s"] / recipe.scale if verified and st["median_s"] else None

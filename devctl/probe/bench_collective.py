@@ -2,35 +2,39 @@
 Events as every bench child's (devctl.probe.bench), with `hosts` {figures} (--distributed, process 0: every
 process's own medians), `done` {sweep_note} and error kind `join`.
 
-Method (as nccl-tests and a JAX user would time a collective): each cell's jit(shard_map(collective)) is lowered
-and compiled once, untimed; its input is created on the devices, never copied from the host in the timing; then
-the engine times it (devctl.probe.bench.time_interleaved: a latency cell call by call, a bandwidth cell in bursts).
-With --distributed every choice that depends on a timing is process 0's
-(devctl.probe.bench_collective_cluster.Agreement), so every process runs the same calls.
+Method: docs/bench.md (bench collective), as nccl-tests and a JAX user would time a collective. With --distributed
+every choice that depends on a timing is process 0's (Agreement, below), so every process runs the same calls.
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import math
+import socket
 import time
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from devctl.model import bench_collective as m
 from devctl.model import to_jsonable
 from devctl.model.bench import ChipOptions
 from devctl.probe.bench import (
+    CPU_DEVICES_HINT,
     MIN_CALLS,
     ChildProblem,
     UsageProblem,
+    chained,
+    device_name,
+    emit_plan,
     environment,
     failure_note,
+    room_problem,
     run_child,
     single_call,
     time_interleaved,
 )
-from devctl.probe.bench_collective_cluster import Agreement, join_cluster, leave
 from devctl.probe.bench_collective_ops import (
     Layout,
     axis_groups,
@@ -41,10 +45,9 @@ from devctl.probe.bench_collective_ops import (
     make_input,
     output_is_right,
 )
-from devctl.probe.bench_devices import device_free_bytes, device_info, device_name, host_available_bytes
 from devctl.probe.channel import emit, exit_child
 from devctl.text import first_line
-from devctl.units import format_bytes, format_seconds, format_size_short
+from devctl.units import format_seconds, format_size_short
 
 # Outputs a burst may have in flight at once (calls of a burst whose outputs are not chained each allocate one).
 BURST_MEMORY_BYTES = 1 << 30
@@ -116,11 +119,7 @@ class Bench:
         n = len(self.devices)
         if n < 2:
             name = device_name(self.devices[0]) if self.devices else "none"
-            hint = (
-                "; on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N gives N devices"
-                if self.devices and self.devices[0].platform == "cpu"
-                else ""
-            )
+            hint = CPU_DEVICES_HINT if self.devices and self.devices[0].platform == "cpu" else ""
             raise UsageProblem(f"one device here ({name}): a collective needs at least 2 devices, so there is nothing to measure{hint}")
         axes = self.opts.mesh or self._default_axes()
         product = math.prod(size for _, size in axes)
@@ -160,13 +159,7 @@ class Bench:
         cells = len(self.opts.dtypes) * len(self.axes) * len(self.opts.collectives) * len(sizes)
         if self.opts.all_pairs:
             cells += sum(a.size * (a.size - 1) for a in self.axes) * len(self.opts.dtypes)
-        emit(
-            "plan",
-            devices=[to_jsonable(device_info(d)) for d in self.devices],
-            axes=[to_jsonable(a) for a in self.axes],
-            environment=self._environment(),
-            cells=cells,
-        )
+        emit_plan(self.devices, axes=[to_jsonable(a) for a in self.axes], environment=self._environment(), cells=cells)
         figures: list[dict] = []
         for dtype in self.opts.dtypes:
             for axis in self.axes:
@@ -221,18 +214,18 @@ class Bench:
     def _pairs(self, axis: m.MeshAxis, dtype: str, size: int) -> None:
         """ppermute between every ordered pair of the axis, alone: one link at a time (a link matrix)."""
         named = axis.groups == 1  # one group: a pair is two devices; several: the same pair in every group at once
+        label = lambda i: axis.first_group[i] if named else f"{axis.name}[{i}]"
         for i in range(axis.size):
             for j in range(axis.size):
                 if i == j:
                     continue
-                src = axis.first_group[i] if named else f"{axis.name}[{i}]"
-                dst = axis.first_group[j] if named else f"{axis.name}[{j}]"
-                cell = self._cell("ppermute-pair", axis, size, dtype, pair=(i, j), src=src, dst=dst)
+                cell = self._cell("ppermute-pair", axis, size, dtype, pair=(i, j), src=label(i), dst=label(j))
                 emit("cell", **to_jsonable(cell))
 
     def _cell(self, collective: str, axis: m.MeshAxis, size: int, dtype: str, *, pair=None, src=None, dst=None) -> m.CollectiveCell:
         n = 2 if pair is not None else axis.size
-        itemsize = self.np.dtype(_np_dtype(self.np, dtype)).itemsize
+        name = "ppermute-pair" if pair else collective
+        itemsize = self.jax.numpy.dtype(dtype).itemsize
         local_elements, measured = elements("ppermute" if pair else collective, size, axis.size, itemsize)
         what = {"collective": collective, "axis": axis.name, "ranks": n, "size_bytes": max(measured, 1), "dtype": dtype, "src": src, "dst": dst}
         note = None if measured == size else f"rounded down to {measured} bytes, whole elements in each of {axis.size} pieces"
@@ -246,15 +239,14 @@ class Bench:
         try:
             x = make_input(self.jax, self.layout, local_elements, dtype, axis.name)
             t0 = time.perf_counter()
-            compiled = compiled_collective(self.jax, self.layout, "ppermute-pair" if pair else collective, axis.name, axis.size, x, pair)
+            compiled = compiled_collective(self.jax, self.layout, name, axis.name, axis.size, x, pair)
             compile_s = time.perf_counter() - t0
-            name = "ppermute-pair" if pair else collective
             stats = self._time(
                 compiled, x, burst=measured > m.LATENCY_MAX_BYTES, out_bytes=m.output_bytes(collective, measured, axis.size),
                 chain=name in ("all-reduce", "all-to-all", "ppermute", "ppermute-pair"),
             )  # fmt: skip
             # The result of one more call, checked: a collective that moved the wrong blocks, or none, has no figure.
-            verified = output_is_right(self.np, self.layout, axis.name, "ppermute-pair" if pair else collective, compiled(x), pair)
+            verified = output_is_right(self.np, self.layout, axis.name, name, compiled(x), pair)
         except Exception as e:  # an out-of-memory or a backend refusal costs this cell, not the run
             return m.CollectiveCell(**what, skipped=True, note=failure_note(e))
         finally:
@@ -269,42 +261,18 @@ class Bench:
 
     def _cannot_fit(self, collective: str, size: int, n: int) -> str | None:
         per_device = int((m.input_bytes(collective, size, n) + m.output_bytes(collective, size, n)) * MEMORY_FACTOR)
-        local = [d for d in self.devices if getattr(d, "process_index", 0) == self.agreement.me]  # this process's own
-        if local and local[0].platform == "cpu":
-            need = per_device * len(local)  # forced CPU devices all live in host memory
-            avail = host_available_bytes()
-            if avail is not None and need > avail * HOST_SHARE:
-                return f"skipped: needs about {format_bytes(need)} of host memory, {format_bytes(avail)} available"
-            return None
-        for d in local:
-            free = device_free_bytes(d)
-            if free is not None and per_device > free:
-                return f"skipped: needs about {format_bytes(per_device)} on {device_name(d)}, {format_bytes(free)} free"
-        return None
+        # This process's own devices; forced CPU devices all live in host memory.
+        return room_problem([d for d in self.devices if getattr(d, "process_index", 0) == self.agreement.me], per_device, host_share=HOST_SHARE)
 
     def _time(self, compiled, x, *, burst: bool, out_bytes: int, chain: bool) -> dict:
-        """The cell's Timing fields, from the engine every bench uses (devctl.probe.bench.time_interleaved), every
-        choice it makes from a timing agreed by every process: --warmups (one at least for a burst), then samples
-        until --repeats and the --budget are met.
-
-        A latency cell (`burst` false) times one call and its block_until_ready per sample: there the launch and
-        the sync are the figure. A bandwidth cell times bursts of K calls between two synchronisations (at most
-        BURST_MEMORY_BYTES of outputs in flight, m.CPU_MAX_BURST calls on CPU), and calls alone beside the first, for
-        the per-call overhead.
-        Where the output has the input's shape (`chain`: all-reduce, all-to-all, ppermute) each call of a burst
-        takes the one before's output, so they run one after another."""
-        last = [x]
-
-        def chained():
-            last[0] = compiled(last[0])
-            return last[0]
-
+        """The cell's Timing fields from time_interleaved, every choice agreed by every process; chained where the
+        output has the input's shape."""
         budget = ChipOptions(repeats=self.opts.repeats, min_time_s=self.opts.budget_s, warmups=max(self.opts.warmups, int(burst)))
         limit = max(MIN_CALLS, BURST_MEMORY_BYTES // max(out_bytes, 1)) if burst else 0
         if self.devices[0].platform == "cpu":
             limit = min(limit, m.CPU_MAX_BURST)
         timing = time_interleaved(
-            {"cell": chained if chain else lambda: compiled(x)}, budget, timed_alone={"cell": partial(single_call, lambda: compiled(x))},
+            {"cell": chained(x, compiled) if chain else lambda: compiled(x)}, budget, timed_alone={"cell": partial(single_call, lambda: compiled(x))},
             limits={"cell": limit}, agree=self.agreement.agree,
         )["cell"]  # fmt: skip
         return timing.stats()
@@ -320,12 +288,85 @@ class Bench:
         )  # fmt: skip
 
 
-def _np_dtype(np, name: str):
-    if name == "bfloat16":
-        import ml_dtypes  # jax's own dependency: numpy has no bfloat16
+# ---- --distributed: join the cluster, agree on every choice, share figures ------------------------------------
+# Every process runs the same jitted collectives in the same order, or they wait on each other forever. So every
+# choice that depends on a timing (how many samples a cell takes, whether the default sweep goes on to a larger
+# size, whether a size fits) is made once, by process 0, and read by the others from JAX's key-value store
+# (`Agreement`). Joining reuses the bounded join of `devctl list --distributed` (devctl.probe.distributed_runtime).
+_AGREE_KEY = "devctl/collective/agree/{}"
+_FIGURES_KEY = "devctl/collective/figures/{}"
+_LEAVE_BARRIER = "devctl/collective/leave"
+# A process waits this long for process 0's choice beyond the cell it is timing: a slow cell is not a dead peer.
+_AGREE_WAIT_S = 120
 
-        return ml_dtypes.bfloat16
-    return np.dtype(name)
+
+class Agreement:
+    """One process alone: its own choice. In a cluster: process 0's choice, the same on every process."""
+
+    def __init__(self, client=None, me: int = 0, n: int = 1, timeout_s: float = 30.0):
+        self.client, self.me, self.n, self.timeout_s = client, me, n, timeout_s
+        self._count = 0
+
+    def agree(self, value: Any) -> Any:
+        if self.client is None or self.n == 1:
+            return value
+        self._count += 1
+        key = _AGREE_KEY.format(self._count)
+        if self.me == 0:
+            self.client.key_value_set(key, json.dumps(value))
+            return value
+        wait_ms = int((self.timeout_s + _AGREE_WAIT_S) * 1000)
+        try:
+            return json.loads(self.client.blocking_key_value_get(key, wait_ms))
+        except Exception as e:
+            raise ChildProblem(
+                f"distributed: process 0 gave no answer within {wait_ms / 1000:g} s (it stopped, or hangs): {type(e).__name__}: {first_line(e)}"
+            ) from e
+
+    def gather(self, figures: list[dict]) -> list[dict] | None:
+        """Every process's own figures, on process 0 (each with its process index and hostname); None elsewhere."""
+        mine = [dict(f, process_index=self.me, hostname=socket.gethostname()) for f in figures]
+        if self.client is None or self.n == 1:
+            return mine
+        self.client.key_value_set(_FIGURES_KEY.format(self.me), json.dumps(mine))
+        if self.me != 0:
+            return None
+        out: list[dict] = []
+        for i in range(self.n):
+            try:
+                out += json.loads(self.client.blocking_key_value_get(_FIGURES_KEY.format(i), int(self.timeout_s * 1000)))
+            except Exception:  # a process that sent nothing: its figures are missing, the cells still stand
+                pass
+        return out
+
+
+def join_cluster(jax, cluster: dict) -> Agreement:
+    """jax.distributed.initialize, bounded by --timeout as `devctl list --distributed` bounds it; raises on failure."""
+    from jax._src import distributed
+
+    from devctl.probe.distributed_runtime import JOIN_GRACE_S, give_up_joining_at, join, prefer_gloo
+
+    timeout_s = float(cluster.get("timeout_s") or 30)
+    prefer_gloo(jax)
+    emit("phase", kind="join", name=cluster.get("coordinator") or "auto-detect")
+    deadline = time.monotonic() + timeout_s
+    joined = give_up_joining_at(deadline + JOIN_GRACE_S)
+    join(jax, distributed, cluster, timeout_s, deadline)
+    joined.set()
+    state = distributed.global_state
+    emit("joined", process_index=state.process_id, num_processes=state.num_processes, coordinator=state.coordinator_address)
+    return Agreement(state.client, state.process_id, state.num_processes, timeout_s)
+
+
+def leave(jax, agreement: Agreement) -> None:
+    """Leave together: process 0 hosts the key-value store the others may still be reading."""
+    if agreement.client is None:
+        return
+    try:
+        agreement.client.wait_at_barrier(_LEAVE_BARRIER, int(agreement.timeout_s * 1000))
+        jax.distributed.shutdown()
+    except Exception:
+        pass
 
 
 if __name__ == "__main__":

@@ -6,10 +6,9 @@ flops per call. A few rows and columns of C are checked against float64 on the h
 lower precision than asked (TF32 or one bf16 pass for f32) would exceed, after the first call and after the last.
 
 Timed in bursts (devctl.probe.bench): each call writes its C into the buffer the call before it wrote, donated to
-it and not read. So a call cannot start before the one before it has defined that buffer (the calls of a burst
-run one after another, also on a backend that would run independent executions side by side), no call allocates,
-and the device holds A, B and one C however long the burst. Every call is its own execution of the compiled
-program: XLA optimises within one program, never across calls, and the runtime runs every call it is given.
+it, so the calls of a burst run one after another (also on a backend that would run independent executions side by
+side) and none allocates. Every call is its own execution of the compiled program: XLA optimises within one
+program, never across calls, and the runtime runs every call it is given.
 """
 
 from __future__ import annotations

@@ -4,11 +4,8 @@ device's memory bandwidth through a jitted copy, a recipe of the engine (devctl.
 The copy is y = x + 1 over uint32: XLA cannot fold it away (x + 0 may be simplified to x, and a jitted identity may
 hand back its input), it reads every byte once and writes every byte once, into a second buffer donated to it (two
 buffers, ping-pong), and its result is checked (y - x == 1 everywhere, on the device) so an elided or aliased copy
-fails its cell instead of reporting a bandwidth.
-
-Timed in bursts (devctl.probe.bench): each call reads the array the call before it wrote, so the calls of a burst
-run one after another and none can be skipped: after N calls the array holds x + N, and the cell checks that it
-does after its last call (a burst that dropped or merged calls fails its cell).
+fails its cell instead of reporting a bandwidth. Timed in bursts (devctl.probe.bench), each call reading what the
+call before it wrote, and checked after the last (Copy.last_problem).
 """
 
 from __future__ import annotations
@@ -30,20 +27,15 @@ RECIPE = Recipe(
 
 
 def main() -> int:
-    return run_recipe(m.MemoryOptions, RECIPE, lambda opts, jax, np, platform: plan(opts, jax, platform))
+    return run_recipe(m.MemoryOptions, RECIPE, plan)
 
 
-def plan(opts: m.MemoryOptions, jax, platform: str) -> tuple[list[Group], str | None, dict]:
-    sizes, note = plan_sizes(opts, platform)
+def plan(opts: m.MemoryOptions, jax, np, platform: str) -> tuple[list[Group], str | None, dict]:
+    sizes = list(opts.sizes_bytes) if opts.sizes_bytes is not None else list(m.QUICK_SIZES if opts.quick else m.default_sizes(platform))
+    note = None
+    if opts.sizes_bytes is None and opts.quick:
+        note = "--quick: one size; the default sweep is " + ", ".join(format_size_short(s) for s in m.default_sizes(platform))
     return [group(jax, size) for size in sizes], note, {"sizes_bytes": sizes}
-
-
-def plan_sizes(opts: m.MemoryOptions, platform: str) -> tuple[list[int], str | None]:
-    if opts.sizes_bytes is not None:
-        return list(opts.sizes_bytes), None
-    if opts.quick:
-        return list(m.QUICK_SIZES), "--quick: one size; the default sweep is " + ", ".join(format_size_short(s) for s in m.default_sizes(platform))
-    return list(m.default_sizes(platform)), None
 
 
 def group(jax, size: int) -> Group:

@@ -2,31 +2,36 @@
 cells run, each transfer timed, verified and set against its roof. Events as every bench child's
 (devctl.probe.bench), with `roof` {MemcpyRoof} once per size and `done` {pcie, pcie_reason}.
 
-Method (reference/monitoring-and-transfer.md B.6): host buffers filled before any timing, timed by the engine
-(devctl.probe.bench.time_interleaved). A latency cell (LATENCY_MAX_BYTES and below), a cell that needs a fresh
-source for every repetition (wherever JAX would cache or consume it) and any cell of CPU devices is timed call by
-call; any other in bursts (at most BURST_MEMORY_BYTES of results in flight). The result of a call timed alone
-says the bytes moved: an alias of the source is zero-copy, with no bandwidth.
-
-Beside it, by job: bench_transfer_plan (which cells, on which devices), bench_transfer_recipes (how each moves
-its bytes), bench_transfer_buffers (host buffers, aliasing) and bench_transfer_links (the PCIe roof).
+Method: docs/bench.md (bench transfer); the result of a call timed alone says the bytes moved (an alias of the source
+is zero-copy, with no bandwidth). Beside it, by job: bench_transfer_plan (which cells, on which devices) and
+bench_transfer_recipes (how each moves its bytes; host buffers, aliasing); the PCIe roof is at the end of this file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import time
 from dataclasses import replace
 
 from devctl.model import bench_transfer as m
 from devctl.model import to_jsonable
-from devctl.probe.bench import MIN_CALLS, environment, failure_note, run_child, time_interleaved
-from devctl.probe.bench_devices import device_free_bytes, device_info, device_name, host_available_bytes, memory_kinds
-from devctl.probe.bench_transfer_buffers import HostBuffers, moved_bytes, ranges
-from devctl.probe.bench_transfer_links import LINK_SAMPLE_MIN_BYTES, read_nvml_links, sample_link
+from devctl.probe.bench import (
+    MIN_CALLS,
+    device_free_bytes,
+    device_name,
+    emit_plan,
+    environment,
+    failure_note,
+    host_available_bytes,
+    memory_kinds,
+    room_problem,
+    run_child,
+    time_interleaved,
+)
 from devctl.probe.bench_transfer_plan import DEVICE_COPIES, Plan, Spec, devices_involved, zero_copy_note
-from devctl.probe.bench_transfer_recipes import Recipes, Transfer
+from devctl.probe.bench_transfer_recipes import HostBuffers, Recipes, Transfer, moved_bytes, ranges
 from devctl.probe.channel import emit, exit_child
 from devctl.units import format_bytes
 
@@ -57,48 +62,41 @@ class Bench(Plan, Recipes):
         # One NVML session for the whole run, on GPUs only: the link reads right after transfers then cost no driver init.
         with nvml_session() if any(d.platform == "gpu" for d in self._devices_used()) else contextlib.nullcontext():
             self._read_pcie_links()
-            emit(
-                "plan",
-                devices=[to_jsonable(device_info(d)) for d in self.local],
-                environment=self._environment(),
-                cells=sum(not _no_pair(s) for g in groups for s in g),  # what the progress bar counts: cells that run
-                sizes_bytes=self.sizes,
-            )
+            cells = sum(not _no_pair(s) for g in groups for s in g)  # what the progress bar counts: cells that run
+            emit_plan(self.local, environment=self._environment(), cells=cells, sizes_bytes=self.sizes)
             for size, specs in zip(self.sizes, groups):
                 self._run_size(size, specs)
 
     def _run_size(self, size: int, specs: list[Spec]) -> None:
         np = self.np
+        on_cpu = any(d.platform == "cpu" for d in self._devices_used())
         host_need = m.host_bytes_needed(
-            self.opts, size, devices_in_host_memory=self._devices_share_host(), device_count=len(self.local),
-            pinned_path=self.pinned_path,
+            self.opts, size, devices_in_host_memory=on_cpu, device_count=len(self.local), pinned_path=self.pinned_path
         )  # the estimate `--sizes` is checked against in collect, measured (model.bench)
         avail = host_available_bytes()
+        why: str | None = None
         if avail is not None and host_need > avail * 0.8:
             why = f"skipped: needs about {format_bytes(host_need)} of host memory, {format_bytes(avail)} available"
+        else:
+            try:
+                host = HostBuffers(np, size)
+            except MemoryError:
+                why = f"skipped: could not allocate {format_bytes(size)} of host memory"
+        if why:
             emit("roof", **to_jsonable(m.MemcpyRoof(size, 0, None, None, why)))
             for s in specs:
-                emit("cell", **to_jsonable(self._skipped(s, why)), **({"counted": False} if _no_pair(s) else {}))
-            return
-        try:
-            host = HostBuffers(np, size)
-        except MemoryError:
-            why = f"skipped: could not allocate {format_bytes(size)} of host memory"
-            emit("roof", **to_jsonable(m.MemcpyRoof(size, 0, None, None, why)))
-            for s in specs:
-                emit("cell", **to_jsonable(self._skipped(s, why)), **({"counted": False} if _no_pair(s) else {}))
+                self._emit_cell(s, self._skipped(s, why))
             return
         roof = self._memcpy_roof(host)
         emit("roof", **to_jsonable(roof))
         for spec in specs:
-            cell = self._run_cell(spec, host, roof)
-            emit("cell", **to_jsonable(cell), **({"counted": False} if _no_pair(spec) else {}))
+            self._emit_cell(spec, self._run_cell(spec, host, roof))
             gc.collect()  # free this cell's device buffers before the next one allocates
         del host
         gc.collect()
 
-    def _devices_share_host(self) -> bool:
-        return any(d.platform == "cpu" for d in self._devices_used())
+    def _emit_cell(self, spec: Spec, cell: m.Cell) -> None:
+        emit("cell", **to_jsonable(cell), **({"counted": False} if _no_pair(spec) else {}))
 
     def _memcpy_roof(self, host: HostBuffers) -> m.MemcpyRoof:
         # One thread, as JAX copies on CPU: XLA's CPU client moves each buffer with one std::memcpy
@@ -137,21 +135,14 @@ class Bench(Plan, Recipes):
         return self._cell(spec, timing, moved, verified, roof, note)
 
     def _cannot_run(self, spec: Spec) -> str | None:
-        if _no_pair(spec):
-            return "skipped: device-to-device needs at least 2 devices"
-        if spec.layout != "single" and spec.direction == "d2d" and len(self.local) < 2:
+        if _no_pair(spec) or (spec.layout != "single" and spec.direction == "d2d" and len(self.local) < 2):
             return "skipped: device-to-device needs at least 2 devices"
         if spec.variant == "pinned":
             dev = spec.dst if spec.direction == "h2d" else spec.src
             if "pinned_host" not in memory_kinds(dev):
                 return f"skipped: {device_name(dev)} has no pinned_host memory"
-        need = DEVICE_COPIES * spec.size
-        for d in self._spec_devices(spec):
-            free = device_free_bytes(d)
-            per_device = need // len(spec.devices) if spec.layout == "sharded" else need
-            if free is not None and per_device > free:
-                return f"skipped: needs about {format_bytes(per_device)} on {device_name(d)}, {format_bytes(free)} free"
-        return None
+        per_device = DEVICE_COPIES * spec.size // (len(spec.devices) if spec.layout == "sharded" else 1)
+        return room_problem(self._spec_devices(spec), per_device, host_share=None)  # _run_size checked the host
 
     def _spec_devices(self, spec: Spec) -> list:
         if spec.devices:
@@ -200,11 +191,7 @@ class Bench(Plan, Recipes):
         return int(room // max(per_call, 1))
 
     def _time(self, transfer: Transfer, limit: int, warmed: bool) -> tuple[dict, int | None]:
-        """A cell's Timing fields and the bytes that really moved, timed by the engine every bench uses
-        (probe.bench.time_interleaved, with this one cell): bursts of K calls (at most `limit`) and one
-        block_until_ready, or, where `limit` is under MIN_CALLS, call by call. A call timed alone (op: dispatch and
-        wait, its fresh source prepared untimed) is a sample of the latter, and beside the first bursts of the
-        former; its result's buffers say how many bytes moved (an alias of the source moved none)."""
+        """A cell's Timing fields (time_interleaved) and the bytes that moved, from a call timed alone's result."""
         moved: list[int] = []
 
         def alone() -> float:
@@ -250,10 +237,11 @@ class Bench(Plan, Recipes):
 
     def _roof_for(self, spec: Spec, roof: m.MemcpyRoof) -> tuple[str | None, float | None, str | None]:
         devs = self._spec_devices(spec)
-        if devs and all(d.platform == "cpu" for d in devs) and spec.layout != "single":
+        on_cpu = bool(devs) and all(d.platform == "cpu" for d in devs)
+        if on_cpu and spec.layout != "single":
             # XLA's CPU client copies a mesh's shards at once, on its worker threads: one thread's memcpy is no limit.
             return None, None, "no roof for a mesh of CPU devices: their shards are copied in parallel, the memcpy roof is one thread's"
-        if devs and all(d.platform == "cpu" for d in devs):
+        if on_cpu:
             # CPU "devices" live in host memory: every direction is a host memory copy.
             if roof.gbps is None:
                 return None, None, roof.note or "host memcpy not measured"
@@ -301,8 +289,7 @@ class Bench(Plan, Recipes):
         if not gpus:
             self.pcie_reason = "no GPU among the devices measured"
             return
-        links, reason = read_nvml_links(gpus)
-        self.links, self.pcie_reason = links, reason
+        self.links, self.pcie_reason = read_nvml_links(gpus)
 
     def _sample_links(self, spec: Spec) -> None:
         """The link may train down when idle: read the current state right after a large transfer."""
@@ -323,6 +310,99 @@ class Bench(Plan, Recipes):
 def _no_pair(spec: Spec) -> bool:
     """A d2d cell of a run with one device: planned so the report says why, never run, not counted as progress."""
     return spec.direction == "d2d" and spec.dst is None
+
+
+# ---- the PCIe roof: each GPU's link from NVML (discovery.nvml) and its theoretical peak -------------------------
+
+# Read the PCIe link state after transfers at least this large (small ones may not wake a power-saving link).
+LINK_SAMPLE_MIN_BYTES = 1 << 20
+# Generation -> (GT/s per lane, encoding efficiency), reference B.4/B.5.
+PCIE_GEN = {
+    1: (2.5, 8 / 10),
+    2: (5.0, 8 / 10),
+    3: (8.0, 128 / 130),
+    4: (16.0, 128 / 130),
+    5: (32.0, 128 / 130),
+    6: (64.0, 236 / 256),  # FLIT mode: 236 payload bytes per 256-byte flit (approximate)
+}
+
+
+def pcie_peak_gbps(gen: int | None, width: int | None) -> float | None:
+    """Theoretical per-direction peak: GT/s x lanes x encoding / 8, decimal GB/s."""
+    if gen not in PCIE_GEN or not width:
+        return None
+    gts, eff = PCIE_GEN[gen]
+    return gts * width * eff / 8
+
+
+def read_nvml_links(gpus: list) -> tuple[dict[int, m.PcieLink], str | None]:
+    """Each GPU's PCIe link from NVML (discovery.nvml), keyed by jax device id; NVML's absence is normal and only recorded."""
+    from devctl.discovery.nvml import pcie_links
+
+    keys: dict[int, str | int] = {}
+    unknown: dict[int, m.PcieLink] = {}
+    for d in gpus:
+        try:
+            keys[d.id] = nvml_key(d)
+        except Exception as e:  # which GPU NVML calls it is unknown: this device has no roof, the others still do
+            unknown[d.id] = m.PcieLink(device=device_name(d), reason=f"NVML could not read the link: {e}")
+    found, reason = pcie_links(list(keys.values()))
+    if reason is not None:
+        return {}, f"NVML unavailable: {reason}"
+    read = dict(zip(keys, found))
+    return {d.id: unknown[d.id] if d.id in unknown else roof_link(device_name(d), read[d.id]) for d in gpus}, None
+
+
+def nvml_key(dev) -> str | int:
+    """How NVML finds a jax GPU device: the PCI bus id CUDA gives for it, else its ordinal where that is NVML's index."""
+    from devctl.probe.backends import cuda_pci_bus_id
+
+    bus = getattr(dev, "pci_bus_id", None) or cuda_pci_bus_id(dev.local_hardware_id)
+    if bus:
+        return bus
+    # No bus id (no libcuda to ask): CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA's ordinals NVML's indexes.
+    ordinal = dev.local_hardware_id if dev.local_hardware_id is not None else dev.id
+    if os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" and not os.environ.get("CUDA_VISIBLE_DEVICES"):
+        return int(ordinal)
+    raise LookupError(f"cannot tell which NVML GPU is CUDA device {ordinal}: no PCI bus id from CUDA")
+
+
+# Without these there is no roof: the peak is the maximum generation times the maximum width.
+_ROOF_FIELDS = ("handle", "pci_bus_id", "pcie_link_gen_max", "pcie_link_width_max")
+
+
+def roof_link(name: str, link) -> m.PcieLink:
+    """The bench's link from NVML's facts (model.hardware.GpuPcieLink)."""
+    missing = next((link.unavailable[f] for f in _ROOF_FIELDS if f in link.unavailable), None)
+    if missing is not None:
+        return m.PcieLink(device=name, reason=f"NVML could not read the link: {missing}")
+    out = m.PcieLink(
+        device=name,
+        pci_bus_id=link.pci_bus_id,
+        max_gen=link.pcie_link_gen_max,
+        max_width=link.pcie_link_width_max,
+        gpu_max_gen=link.pcie_link_gen_gpu_max,
+        peak_gbps=pcie_peak_gbps(link.pcie_link_gen_max, link.pcie_link_width_max),
+    )
+    if out.peak_gbps is None:
+        return replace(out, reason=f"unknown PCIe generation {link.pcie_link_gen_max}")
+    return out
+
+
+def sample_link(link: m.PcieLink) -> m.PcieLink:
+    """Fold the current generation and width into the highest seen so far."""
+    from devctl.discovery.nvml import pcie_links
+
+    if link.pci_bus_id is None:  # NVML finds no GPU by a missing bus id: nothing new to fold in
+        return link
+    found, _ = pcie_links([link.pci_bus_id])
+    now = found[0] if found else None
+    if now is None or now.pcie_link_gen_current is None or now.pcie_link_width_current is None:
+        return link
+    seen_gen = max(now.pcie_link_gen_current, link.seen_gen or 0)
+    seen_width = max(now.pcie_link_width_current, link.seen_width or 0)
+    below = seen_gen < (link.max_gen or 0) or seen_width < (link.max_width or 0)
+    return replace(link, seen_gen=seen_gen, seen_width=seen_width, below_max=below)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,16 @@ from functools import partial
 from typing import Any
 
 from devctl.model import bench_transfer as m
-from devctl.probe.bench import UsageProblem, find_device, local_devices
-from devctl.probe.bench_devices import device_free_bytes, device_name, memory_kinds
+from devctl.probe.bench import (
+    CPU_DEVICES_HINT,
+    UsageProblem,
+    device_free_bytes,
+    device_name,
+    find_device,
+    local_devices,
+    memory_kinds,
+    resolve_devices,
+)
 from devctl.units import format_bytes, format_size_short
 
 
@@ -65,14 +73,9 @@ class Plan:
 
     def resolve(self) -> None:
         dev = partial(find_device, self.local)
-        if self.opts.devices is None:
-            self.targets = [self.local[0]]
-        elif self.opts.devices == ():
-            self.targets = list(self.local)
-        else:
-            self.targets = list(dict.fromkeys(dev(ref, "--device") for ref in self.opts.devices))
+        self.targets = [self.local[0]] if self.opts.devices is None else resolve_devices(self.opts, self.local)
         if set(self.opts.directions) == {"d2d"} and len(self.local) < 2:
-            cpu = "; on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N gives N devices" if self.local[0].platform == "cpu" else ""
+            cpu = CPU_DEVICES_HINT if self.local[0].platform == "cpu" else ""
             raise UsageProblem(f"-d d2d copies between devices, and this host has one ({device_name(self.local[0])}): -d d2d-self measures on-device copies{cpu}")
         src = dev(self.opts.src, "--src") if self.opts.src is not None else None
         dst = dev(self.opts.dst, "--dst") if self.opts.dst is not None else None

@@ -1,13 +1,14 @@
 """How `devctl bench transfer` moves the bytes of each cell: one recipe per direction, variant and layout,
 each an untimed `prepare` per repetition and a timed `op`, in the ways a JAX program moves data; and, where a
-repetition needs no fresh input, a `burst` call that starts one without waiting for it."""
+repetition needs no fresh input, a `burst` call that starts one without waiting for it; and the host buffers they
+move, filled with a pattern, with the aliasing test that tells a copy from a zero-copy view."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from devctl.probe.bench_transfer_buffers import HostBuffers, overlaps, ranges
+from devctl.probe.bench import chained
 from devctl.probe.bench_transfer_plan import Spec
 
 
@@ -86,13 +87,7 @@ class Recipes:
         master = self._on_device(host.pattern, spec.src)
         if spec.variant == "put":
             return _waited(lambda: jax.device_put(master, spec.dst), master)
-        fresh = lambda: jax.device_put(master, spec.src, may_alias=False).block_until_ready()
-        return Transfer(
-            lambda a: jax.device_put(a, spec.dst, donate=True).block_until_ready(),
-            prepare=fresh,
-            sources=ranges,
-            consumes_source=True,
-        )
+        return _donated(jax, master, spec.src, spec.dst)
 
     def _t_d2d_self(self, spec: Spec, host: HostBuffers) -> Transfer:
         jax = self.jax
@@ -101,13 +96,7 @@ class Recipes:
         # Without may_alias=False a same-device put returns its input: a no-op, not a copy (reference B.3).
         if spec.variant == "put":
             return _chained(master, lambda a: jax.device_put(a, dev, may_alias=False))
-        fresh = lambda: jax.device_put(master, dev, may_alias=False).block_until_ready()
-        return Transfer(
-            lambda a: jax.device_put(a, dev, may_alias=False, donate=True).block_until_ready(),
-            prepare=fresh,
-            sources=ranges,
-            consumes_source=True,
-        )
+        return _donated(jax, master, dev, dev, may_alias=False)
 
     def _mesh_transfer(self, spec: Spec, host: HostBuffers) -> Transfer:
         jax, np = self.jax, self.np
@@ -143,6 +132,12 @@ class Recipes:
         return a
 
 
+def _donated(jax, master: Any, home: Any, dst: Any, **put: Any) -> Transfer:
+    """A fresh copy of `master` on `home` each repetition (untimed), donated to the put: gone after it."""
+    fresh = lambda: jax.device_put(master, home, may_alias=False).block_until_ready()
+    return Transfer(lambda a: jax.device_put(a, dst, donate=True, **put).block_until_ready(), prepare=fresh, sources=ranges, consumes_source=True)
+
+
 def _waited(start: Callable[[], Any], source: Any) -> Transfer:
     """A transfer from one fixed `source`: timed alone it waits for its result; in a burst, for every result."""
     return Transfer(lambda _: start().block_until_ready(), sources=lambda _: ranges(source), burst=_Independent(start))
@@ -165,10 +160,69 @@ def _chained(master: Any, copy: Callable[[Any], Any]) -> Transfer:
     """Copies of `master` on its own devices. Timed alone, each copies `master`; in a burst, each copies the result
     of the one before, so a copy cannot start before the one before it has finished, however many streams the
     backend copies on."""
-    last = [master]
+    return Transfer(lambda _: copy(master).block_until_ready(), sources=lambda _: ranges(master), burst=chained(master, copy))
 
-    def start() -> Any:
-        last[0] = copy(last[0])
-        return last[0]
 
-    return Transfer(lambda _: copy(master).block_until_ready(), sources=lambda _: ranges(master), burst=start)
+# ---- host buffers filled with a pattern, and the aliasing test that tells a copy from a zero-copy view ----------
+
+# A prime period, so a shard or page landing at the wrong offset never matches the expected bytes by accident.
+PATTERN_PERIOD = 65521
+
+
+class HostBuffers:
+    """The host side of one size: a pattern-filled source placed like a numpy array, and a warm memcpy target."""
+
+    def __init__(self, np, size: int):
+        self.np, self.size = np, size
+        # numpy's large arrays start 16 bytes into a page (malloc's header); XLA's CPU client aliases
+        # 64-byte-aligned ones instead of copying. Placing the source at 16 mod 64 makes every size
+        # behave like an ordinary numpy array, not alias at random when malloc happens to align it.
+        self.pattern = placed(np, size, align=64, offset=16)
+        fill_pattern(np, self.pattern)
+        # Placed as the pattern is, so memcpy meets both at the same alignment (its fastest case).
+        self.memcpy_dst = placed(np, size, align=64, offset=16)
+        self.memcpy_dst.fill(0)  # touch every page now, not inside the timing
+        self._aligned = None
+
+    def aligned(self):
+        if self._aligned is None:
+            self._aligned = placed(self.np, self.size, align=4096, offset=0)
+            self.np.copyto(self._aligned, self.pattern)
+        return self._aligned
+
+
+def placed(np, size: int, *, align: int, offset: int):
+    raw = np.empty(size + 2 * align, dtype=np.uint8)
+    start = (offset - raw.ctypes.data) % align
+    return raw[start : start + size]
+
+
+def fill_pattern(np, buf) -> None:
+    block = ((np.arange(PATTERN_PERIOD, dtype=np.uint64) * 2654435761) >> 13).astype(np.uint8)
+    whole = buf.shape[0] // PATTERN_PERIOD
+    if whole:
+        buf[: whole * PATTERN_PERIOD].reshape(whole, PATTERN_PERIOD)[:] = block
+    tail = buf.shape[0] - whole * PATTERN_PERIOD
+    buf[whole * PATTERN_PERIOD :] = block[:tail]
+
+
+def ranges(obj) -> list[tuple[int, int]]:
+    """(address, nbytes) of every buffer behind a numpy or jax array; [] where the address is not exposed."""
+    if obj is None:
+        return []
+    ctypes = getattr(obj, "ctypes", None)
+    if ctypes is not None:  # numpy
+        return [(ctypes.data, obj.nbytes)]
+    try:
+        return [(s.data.unsafe_buffer_pointer(), s.data.nbytes) for s in obj.addressable_shards]
+    except Exception:
+        return []
+
+
+def overlaps(a: list, b: list) -> bool:
+    return any(p < q + nq and q < p + np_ for p, np_ in a for q, nq in b)
+
+
+def moved_bytes(result: list, sources: list) -> int:
+    """Bytes of the result that are not the source's own memory."""
+    return sum(n for p, n in result if not overlaps([(p, n)], sources))
