@@ -95,12 +95,6 @@ def _variants() -> list[tuple[str, str]]:
     return out + [(v, ", ".join(d for d in m.DIRECTIONS if v in m.VARIANTS[d])) for v in m.ALL_VARIANTS]
 
 
-def _layouts() -> tuple[str, ...]:
-    from devctl.model import bench_transfer as m
-
-    return m.LAYOUTS
-
-
 def _check_names() -> tuple[str, ...]:
     from devctl.model.check import CHECK_NAMES
 
@@ -135,7 +129,6 @@ def _publishing_pids() -> list[str]:
 
 directions = names(_directions)
 variants = names(_variants)
-layouts = names(_layouts)
 check_names = names(_check_names)
 platforms = names(_platforms)
 pids = names(_publishing_pids, comma_list=False)
