@@ -1,7 +1,4 @@
-"""`devctl bench collective`: every flag validated here, in the CLI process, before the probe child
-(devctl/probe/bench_collective.py) imports jax and measures. Registered on the `bench` group by devctl/cli/bench.py.
-Only light modules are imported at the top: `devctl --help` must not pay for jax.
-"""
+"""`devctl bench collective`: every flag validated here, before the probe child (devctl/probe/bench_collective.py) imports jax."""
 
 from __future__ import annotations
 
@@ -100,9 +97,6 @@ def collective(
 
     wrong = "some results were wrong (see the notes)"
     run_bench(flags, run_collective, opts, progress_label, "collective", wrong, prints=prints)
-
-
-# ---- validation (no jax here) ------------------------------------------------------------------
 
 
 def parse_mesh(text: str | None) -> tuple[tuple[str, int], ...] | None:

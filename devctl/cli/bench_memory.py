@@ -27,14 +27,9 @@ def memory(sizes: SizesOpt = None, device: DeviceOpt = None, *, flags: BenchFlag
     from devctl.render.bench_memory import progress_label
 
     devices = parse_devices("--device", device)
-    opts = m.MemoryOptions(devices=devices, **flags.counts(), sizes_bytes=parse_byte_sizes(sizes) if sizes is not None else None)
+    counts = flags.counts()  # its errors come before --sizes'
+    # A size no device of today holds (16T) is refused as a typo rather than planned and skipped.
+    sizes_bytes = parse_sizes(sizes, "256M,1G", m.ELEMENT_BYTES, "bytes (one uint32)", 1 << 40) if sizes is not None else None
+    opts = m.MemoryOptions(devices=devices, **counts, sizes_bytes=sizes_bytes)
     wrong = "some copies did not produce x + 1 (see the notes)"
     run_bench(flags, run_memory, opts, progress_label, "memory", wrong, comparisons=lambda r: [r.comparison])
-
-
-# A size no device of today holds: refused as a typo (16T) rather than planned and skipped.
-MAX_SIZE = 1 << 40
-
-
-def parse_byte_sizes(text: str) -> tuple[int, ...]:
-    return parse_sizes(text, "256M,1G", m.ELEMENT_BYTES, "bytes (one uint32)", MAX_SIZE)

@@ -1,6 +1,4 @@
-"""What the `devctl bench` commands share (each command has its own module: devctl/cli/bench_transfer.py,
-bench_collective.py, bench_memory.py, bench_matmul.py): the flags every bench takes, declared once and stated
-with each bench's defaults, and the one end of a bench command. No jax here."""
+"""What the `devctl bench` commands share: the flags every bench takes, and the one end of a bench command."""
 
 from __future__ import annotations
 
@@ -47,9 +45,7 @@ WatchdogOpt = Annotated[
 
 @dataclass(frozen=True)
 class Bench:
-    """One bench command as the shared flags see it: its gate, and its defaults (full and --quick, stated in the
-    help), read from `defaults`, a model module's DEFAULT_REPEATS, QUICK_REPEATS, DEFAULT_WARMUPS, QUICK_WARMUPS,
-    and DEFAULT_/QUICK_ plus `seconds` upper-cased."""
+    """One bench command as the shared flags see it: its gate, and its defaults (`defaults`' DEFAULT_/QUICK_ names)."""
 
     spec: GateSpec
     defaults: Any
@@ -127,10 +123,8 @@ def bench_options(bench: Bench) -> Callable:
 
 def run_bench(flags: BenchFlags, run: Callable[..., Any], opts: Any, label: Callable[[dict], str], what: str, wrong: str, *,
               comparisons: Callable[[Any], Iterable[Any]] = lambda report: (), prints: Callable[[Any], bool] = lambda report: True) -> None:  # fmt: skip
-    """A bench command from its options on: --baseline read, `run(opts, timeout_s, on_event=...)` with a progress bar
-    on a terminal (`label` names each finished cell), judged and printed (unless `prints(report)` is false: not this
-    process's to print); then its stragglers (`comparisons(report)`), the gate's verdict and a wrong result
-    ("{what} verification failed: {wrong}"), one line each on stderr, and exit 1 on a wrong result or a failed gate."""
+    """A bench command from its options on: run, judged against --baseline, printed; verdicts on stderr; exit 1 if
+    a result was wrong or the gate failed."""
     spec = flags.bench.spec
     request = check_gate(flags.baseline, flags.max_regression, spec, flags.gate_all_sizes)
     from devctl.collect.gate import judged

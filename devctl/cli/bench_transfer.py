@@ -1,6 +1,4 @@
-"""`devctl bench transfer`: every flag validated here (those every bench shares in devctl/cli/bench_options.py), in
-the CLI process, before the probe child (devctl/probe/bench_transfer.py) imports jax and measures. Only light modules are
-imported at the top: `devctl --help` must not pay for jax."""
+"""`devctl bench transfer`: every flag validated here, before the probe child (devctl/probe/bench_transfer.py) imports jax."""
 
 from __future__ import annotations
 
@@ -82,9 +80,6 @@ def transfer(
     from devctl.render.bench_transfer import progress_label
 
     run_bench(flags, run_transfer, opts, progress_label, "transfer", "the bytes of some cells did not arrive unchanged")
-
-
-# ---- validation (no jax here) ------------------------------------------------------------------
 
 
 def build_options(

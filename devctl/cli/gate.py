@@ -1,6 +1,4 @@
-"""--baseline, --max-regression and --gate-all-sizes of every bench command, parsed (the end of a bench command is
-devctl.cli.bench_options.run_bench). What a baseline holds is read and judged below the CLI (devctl.collect.gate), by
-the one gate (devctl.model.gate)."""
+"""--baseline, --max-regression and --gate-all-sizes of every bench command, parsed (read: devctl.collect.gate)."""
 
 from __future__ import annotations
 
@@ -44,16 +42,10 @@ GateAllSizesOpt = Annotated[
 ]  # taken by a bench whose GateSpec names all_sizes_flag (bench transfer)
 
 _PERCENT_RE = re.compile(r"^\s*(\d{1,6}(?:\.\d{1,6})?)\s*(%?)\s*$", re.ASCII)
-# A baseline is one earlier --json document: a few hundred cells of ~700 bytes; 16 MiB is far above any.
-BASELINE_CAP_BYTES = 16 << 20
 
 
 def parse_percent(text: str) -> float:
-    """--max-regression: '10%', '2.5%', or a bare number of 1 or more read as a percentage.
-
-    A bare number below 1 is the one a user could mean either way ('0.1': a fraction, 10%, or 0.1%),
-    so it is refused rather than guessed; '0' is zero either way.
-    """
+    """--max-regression: '10%', '2.5%', or a bare number of 1 or more (below 1 it could be a fraction: refused)."""
     m_ = _PERCENT_RE.match(text)
     if not m_:
         raise UsageError(f"--max-regression {shown(text)} is not a percentage; give e.g. 10% or 2.5%")
@@ -83,5 +75,5 @@ def check_gate(baselines: list[str] | None, max_regression: str | None, spec: Ga
             raise UsageError(f"--baseline {shown(path)} is given twice; pool different runs (each run's own --json result)")
     from devctl.collect.gate import read_baselines
 
-    files = [(path, read_input_file("--baseline", path, BASELINE_CAP_BYTES)) for path in baselines]
+    files = [(path, read_input_file("--baseline", path)) for path in baselines]
     return read_baselines(files, spec, pct, all_sizes)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from devctl.errors import DevctlError, InputRejected
-from devctl.model.bench import BenchDevice, Comparison, best_by_device, compare, fastest_by_device
+from devctl.model.bench import BenchDevice, Comparison, compare
 from devctl.model.peaks import no_peak_reason, peak_for
 
 
@@ -54,25 +54,6 @@ def environment_of(events: list[dict], elapsed_s: float | None, **extra: Any) ->
     return env
 
 
-def roof_words(devices: tuple[BenchDevice, ...], pick: Callable) -> tuple[dict[str, float | None], str | None, str | None, str | None]:
-    """Per device its roof (pick(peak) of its device kind), and the roof's name, source and, where none, why."""
-    roofs: dict[str, float | None] = {}
-    names, sources, reasons = [], [], []
-    for d in devices:
-        peak = peak_for(d.device_kind)
-        value = pick(peak) if peak is not None else None
-        roofs[d.name] = value
-        if value is not None and peak is not None:
-            names.append(peak.name)
-            sources.append(peak.source)
-        elif peak is not None:
-            reasons.append(f"{peak.name} ({peak.source}) publishes no such figure")
-        else:
-            reasons.append(no_peak_reason(d.device_kind, d.platform))
-    first = lambda items: ", ".join(dict.fromkeys(items)) or None  # noqa: E731
-    return roofs, first(names), first(sources), first(reasons)
-
-
 def cells_of(events: list[dict], cell_type: type, devices: tuple[BenchDevice, ...], order: Callable[[Any], Any]) -> tuple:
     """The child's cells, by device (the order it lists them), then by `order`: the child measures group by group,
     every device taking turns; a reader compares one device's rows."""
@@ -90,15 +71,46 @@ def compare_cells(
     """Every device's best figure (`fields`: the figure and its fastest sample's) against its roof (`roof_of` a
     device kind's peak) and its peers."""
     value, fastest = fields
-    measured = list(cells)
-    roofs, name, source, reason = roof_words(devices, roof_of)
+    best: dict[str, tuple[float | None, int | None]] = {}  # per device, in the order first seen: its best figure and its size
+    fast: dict[str, float | None] = {}  # per device: the figure of its fastest call, at any size
+    for c in cells:
+        v, f = getattr(c, value), getattr(c, fastest)
+        held = best.setdefault(c.device, (None, None))[0]
+        if v is not None and (held is None or v > held):
+            best[c.device] = (v, size_of(c))
+        fast[c.device] = max(f, fast.get(c.device) or 0) if f else fast.get(c.device)
+    roofs: dict[str, float | None] = {}
+    names, sources, reasons = [], [], []
+    for d in devices:
+        peak = peak_for(d.device_kind)
+        roof = roofs[d.name] = roof_of(peak) if peak is not None else None
+        if roof is not None and peak is not None:
+            names.append(peak.name)
+            sources.append(peak.source)
+        elif peak is not None:
+            reasons.append(f"{peak.name} ({peak.source}) publishes no such figure")
+        else:
+            reasons.append(no_peak_reason(d.device_kind, d.platform))
+    first = lambda items: ", ".join(dict.fromkeys(items)) or None  # noqa: E731
+    name = first(names)
     return compare(
-        metric, unit,
-        best_by_device(measured, lambda c: getattr(c, value), size_of),
+        metric,
+        unit,
+        best,
         {d.name: d.device_kind for d in devices},
         roofs,
-        fastest=fastest_by_device(measured, lambda c: getattr(c, fastest)),
+        fastest=fast,
         roof_name=f"{name} {roof_what}" if name else None,
-        roof_source=source,
-        roof_reason=reason,
-    )  # fmt: skip
+        roof_source=first(sources),
+        roof_reason=first(reasons),
+    )
+
+
+def chip_runner(module: str, command: str, assemble: Callable[..., Any]) -> Callable[..., Any]:
+    """`bench memory`'s and `bench matmul`'s run: the probe child `module`, its events assembled into a report."""
+
+    def run(opts: Any, timeout_s: float, *, on_event: Callable[[dict], None] | None = None) -> Any:
+        result = run_probe(module, opts.to_request(), timeout_s, command, on_event)
+        return assemble(result.events, elapsed_s=result.elapsed_s)
+
+    return run

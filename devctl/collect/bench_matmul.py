@@ -3,25 +3,14 @@ every device compared dtype by dtype with its published dense peak and with its 
 
 from __future__ import annotations
 
-from typing import Callable
-
+from devctl.collect.bench import cells_of, chip_runner, compare_cells, devices_of, environment_of
 from devctl.model import bench_matmul as m
 from devctl.model.bench import Comparison
 
-PROBE_MODULE = "devctl.probe.bench_matmul"
 ROOF_WORDS = {"bf16": "dense BF16", "f32": "FP32 (non-tensor)"}
 
 
-def run_matmul(opts: m.MatmulOptions, timeout_s: float, *, on_event: Callable[[dict], None] | None = None) -> m.MatmulReport:
-    from devctl.collect.bench import run_probe
-
-    result = run_probe(PROBE_MODULE, opts.to_request(), timeout_s, "bench matmul", on_event)
-    return assemble(result.events, elapsed_s=result.elapsed_s)
-
-
 def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.MatmulReport:
-    from devctl.collect.bench import cells_of, devices_of, environment_of
-
     devices = devices_of(events)
     dtypes: list[str] = list(dict.fromkeys(str(e.get("dtype")) for e in events if e.get("event") == "cell"))
     cells = cells_of(events, m.MatmulCell, devices, lambda c: (dtypes.index(c.dtype), c.n))
@@ -30,9 +19,10 @@ def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.MatmulR
 
 
 def _compare(dtype: str, cells: tuple, devices: tuple) -> Comparison:
-    from devctl.collect.bench import compare_cells
-
     mine = [c for c in cells if c.dtype == dtype]
     return compare_cells(
         dtype, "TFLOP/s", mine, devices, ("tflops", "peak_tflops"), lambda c: c.n, lambda p: getattr(p, m.ROOF_FIELD[dtype]), ROOF_WORDS[dtype]
     )
+
+
+run_matmul = chip_runner("devctl.probe.bench_matmul", "bench matmul", assemble)

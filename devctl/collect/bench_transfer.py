@@ -16,9 +16,7 @@ def run_transfer(
     *,
     on_event: Callable[[dict], None] | None = None,
 ) -> m.TransferReport:
-    """Run the probe child and assemble its events into a report. `on_event` sees every event as it comes (progress). --sizes is
-    checked against this machine when the plan arrives: the first moment the devices are known, before the
-    child allocates anything."""
+    """Run the probe child into a report; --sizes is checked when the plan arrives, before the child allocates anything."""
     from devctl.collect.bench import run_probe
 
     def each(event: dict) -> None:
@@ -49,11 +47,7 @@ def assemble(events: list[dict], *, elapsed_s: float | None = None) -> m.Transfe
 
 
 def check_sizes_fit(opts: m.TransferOptions, plan: dict) -> None:
-    """A size this machine can never hold is bad input (exit 2), not a run of skipped cells that exits 0.
-
-    Host: the probe's measured peak for this run (model.bench.host_bytes_needed) against the machine's
-    memory. A device that reports its bytes_limit must hold one copy of its share of the size.
-    """
+    """A size this machine can never hold is bad input (exit 2), not a run of skipped cells that exits 0."""
     from devctl.units import format_bytes, format_size_short
 
     if opts.sizes_bytes is None:

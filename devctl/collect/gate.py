@@ -1,6 +1,4 @@
-"""--baseline of every bench command: earlier --json results read, checked and pooled before the benchmark runs,
-and the report judged against them by devctl.model.gate. A baseline that shares no cell with the run, or none
-the gate may judge, judges nothing: bad input, not a pass."""
+"""--baseline of every bench command: earlier --json results read, checked and pooled, and the report judged."""
 
 from __future__ import annotations
 
@@ -32,9 +30,7 @@ def read_baselines(files: list[tuple[str, bytes]], spec: GateSpec, max_regressio
 
 
 def read_baseline(path: str, raw: bytes, spec: GateSpec) -> Baseline:
-    """One earlier `devctl <bench> --json` document: UTF-8 JSON of the bench's schema (version 1 too: its cells
-    carry the same figures and spread), every cell usable by the gate. Anything else is one line naming the
-    file and the cell."""
+    """One earlier `devctl <bench> --json` document (schema version 1 too: its cells carry the same figures)."""
     from devctl.model import from_dict
 
     where = f"--baseline {shown(path)}"

@@ -7,6 +7,7 @@ Pure stdlib: the CLI, the collectors and the probe children all read these recor
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypedDict, TypeVar
 
@@ -68,8 +69,8 @@ class _WholeRun(TypedDict, total=False):
     elapsed_s: Annotated[float, json_schema(minimum=0)]  # wall time of the whole run, as the CLI saw it
 
 
-class HostEnvironment(_WholeRun):
-    """What every bench's run was on (the probe child's devctl.probe.bench.host_environment), and devctl's additions."""
+class RunEnvironment(_WholeRun):
+    """What every bench's run was: versions, machine, settings (the probe child's plan, with devctl's additions)."""
 
     python: str
     jax: str
@@ -84,11 +85,6 @@ class HostEnvironment(_WholeRun):
     jax_platforms: str | None  # JAX_PLATFORMS as set
     devctl: str  # devctl's version
     child_elapsed_s: Annotated[float | None, json_schema(minimum=0)]  # the probe child's own wall time
-
-
-class RunEnvironment(HostEnvironment):
-    """What every bench's run was: versions, machine, settings (the probe child's plan, with devctl's additions)."""
-
     repeats: Annotated[int, json_schema(minimum=1)]
     warmups: Annotated[int, json_schema(minimum=0)]
     quick: bool
@@ -165,7 +161,7 @@ def compare(
     on_fastest = {s.name for s in find_stragglers(fast)}
     found = [s for s in find_stragglers(values) if s.name in on_fastest]
     slow = {s.name for s in found}
-    median = _median(values)
+    median = statistics.median(values.values()) if values else None
     figures = []
     for device, (value, size) in best.items():
         roof = roofs.get(device)
@@ -185,29 +181,3 @@ def compare(
     return Comparison(
         metric, unit, tuple(figures), median, tuple(found), straggler_rule(), roof_name, roof_source, roof_reason
     )
-
-
-def _median(values: dict[str, float]) -> float | None:
-    import statistics
-
-    return statistics.median(values.values()) if values else None
-
-
-def fastest_by_device(cells: Any, value_of: Any) -> dict[str, float | None]:
-    """Per device, the figure of its fastest call over every size measured (None: nothing measured)."""
-    out: dict[str, float | None] = {}
-    for c in cells:
-        v = value_of(c)
-        out[c.device] = max(v, out.get(c.device) or 0) if v else out.get(c.device)
-    return out
-
-
-def best_by_device(cells: Any, value_of: Any, size_of: Any) -> dict[str, tuple[float | None, int | None]]:
-    """Per device (in the order first seen), the best value over its measured cells and the size it came at."""
-    best: dict[str, tuple[float | None, int | None]] = {}
-    for c in cells:
-        best.setdefault(c.device, (None, None))
-        v = value_of(c)
-        if v is not None and (best[c.device][0] is None or v > (best[c.device][0] or 0)):
-            best[c.device] = (v, size_of(c))
-    return best

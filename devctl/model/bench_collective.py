@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, ClassVar, Literal, get_args
 
 from devctl.model import json_schema
-from devctl.model.bench import BURST_MIN_S, BenchDevice, Request, RunEnvironment
+from devctl.model.bench import BURST_MIN_S, KIB, MIB, BenchDevice, Request, RunEnvironment
 from devctl.model.gate import Baseline, Figure, Gate, GateSpec
 from devctl.model.timing import Timing
 from devctl.units import format_size_short
@@ -35,7 +35,6 @@ DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
 Scope = Literal["intra-host", "inter-host"]
 SCOPES: tuple[str, ...] = get_args(Scope)
 
-KIB, MIB = 1 << 10, 1 << 20
 # Powers of four: latency at the small end, bandwidth at the large (nccl-tests sweeps -b 8 -e 8G in the same spirit).
 DEFAULT_SIZES = tuple(KIB * 4**i for i in range(10))  # 1K .. 256M per device
 QUICK_SIZES = (4 * KIB, MIB)

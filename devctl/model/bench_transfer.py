@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, ClassVar, Hashable, Iterable, Literal, cast, get_args
 
 from devctl.model import json_schema
-from devctl.model.bench import BURST_MIN_S, BenchDevice, Request, RunEnvironment
+from devctl.model.bench import BURST_MIN_S, GIB, KIB, MIB, BenchDevice, Request, RunEnvironment
 from devctl.model.devices import DeviceRef
 from devctl.model.gate import Baseline, Figure, Gate, GateSpec
 from devctl.model.timing import Timing
@@ -49,7 +49,6 @@ ADVICE_SPEEDUP = 1.5
 # A plain call below this share of its PCIe roof, with no pinned path measured beside it, is not the link's speed.
 LOW_SHARE_OF_LINK_PCT = 50.0
 
-KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 # Powers of four keep the default sweep to nine sizes: latency at the small end, bandwidth at the large.
 DEFAULT_SIZES = tuple(4 * KIB * 4**i for i in range(9))  # 4K .. 256M
 LARGE_SIZE = GIB  # added to the default sweep only where the device has room for it
@@ -181,12 +180,8 @@ def above_roof(pct_of_roof: float | None) -> bool:
 
 
 def roof_verdict(gbps: float | None, roof: str | None, roof_gbps: float | None) -> tuple[float | None, str | None]:
-    """A cell's GB/s as a percentage of its roof, and why it is suspect when it is above it.
-
-    A roof is the most the path can carry (the PCIe link's peak, the host's best copy), so a cell above it
-    was timed wrong (a copy overlapped or cached) or set against a roof measured while the machine was busier
-    (another job, a CPU not yet at speed). Either way its percentage would mislead; the reason says so.
-    """
+    """A cell's GB/s as a percentage of its roof, and why it is suspect when above it: no copy beats the path's
+    limit, so it was timed wrong (a copy overlapped or cached) or its roof measured while the machine was busier."""
     if gbps is None or not roof_gbps:
         return None, None
     pct = 100 * gbps / roof_gbps
@@ -292,9 +287,8 @@ class TransferReport:
 
 
 def fastest_paths(cells: tuple[Cell, ...] | list[Cell]) -> tuple[Fastest, ...]:
-    """Per direction and layout, the variant with the highest GB/s at the largest size where the most variants
-    were measured (a pinned cell skipped at 1G for want of host memory, but measured at 256M, still compares),
-    every other variant measured there, and advice when the pinned path leaves the plain call far behind."""
+    """Per direction and layout, the fastest variant at the largest size where the most variants were measured (a
+    pinned cell skipped at 1G for want of host memory, but measured at 256M, still compares), and the others there."""
     groups: dict[tuple[str, str], list[Cell]] = {}
     for c in cells:
         if not c.skipped:
@@ -332,9 +326,7 @@ def fastest_paths(cells: tuple[Cell, ...] | list[Cell]) -> tuple[Fastest, ...]:
 
 
 def _advice(direction: str, layout: str, best: Cell, by_variant: dict[str, Cell], tried: set[str]) -> str | None:
-    """What the fastest path says to change in a program: take the pinned path where it leaves the plain call
-    far behind; or, where only pageable paths were measured far below the PCIe link, measure the pinned one
-    before blaming the link. CPU devices (a host_memcpy roof) have no pinned path of their own."""
+    """What the fastest path says to change in a program (CPU devices, a host_memcpy roof, have no pinned path)."""
     if layout != "single" or direction not in PINNED_DEFAULT_DIRECTIONS or best.gbps is None:
         return None
     main = main_variant(direction)
@@ -369,10 +361,8 @@ FIXED_COST_SHARE = 0.10
 
 
 def fixed_costs_s(figures: Iterable[Figure]) -> dict[tuple[Hashable, ...], float | None]:
-    """Per path (a cell's key without its size), the fixed per-transfer cost in seconds, from the path's own
-    medians: where the straight line through its smallest and largest sizes meets zero bytes (time = fixed +
-    bytes / bandwidth), kept between 0 and the smallest size's whole time. None for a path measured at one
-    size, where latency cannot be told from bandwidth."""
+    """Per path (a cell's key without its size), the fixed per-transfer cost in seconds: where the line through its
+    smallest and largest sizes' medians meets zero bytes (docs/bench.md); None for a path measured at one size."""
     paths: dict[tuple[Hashable, ...], list[Figure]] = {}
     for f in figures:
         if f.median_s is not None:
@@ -441,9 +431,6 @@ GATE = GateSpec(
     all_sizes_flag="--gate-all-sizes",
 )  # fmt: skip
 
-
-# ---- memory a size needs -------------------------------------------------------------------------------
-
 # Host buffers every size has: the pattern the transfers send and the memcpy roof's destination.
 HOST_BUFFERS = 2
 
@@ -451,15 +438,10 @@ HOST_BUFFERS = 2
 def host_bytes_needed(
     opts: TransferOptions, size: int, *, devices_in_host_memory: bool, device_count: int, pinned_path: bool = False
 ) -> int:
-    """Peak host memory the probe holds for one size: its buffers plus the most any one cell holds at once.
-
-    Measured on CPU JAX, where device arrays are host memory (peak RSS per byte of --sizes at 32M and
-    256M, 4 devices): h2d 4x the size, d2h, d2d and d2d-self 5x, 6x with --variants all (the aligned
-    copy and the pinned buffer), 3-5x with --no-verify, 7-11x replicated on 4 devices. On an
-    accelerator only the host side counts: the buffers, a d2h result, a pinned buffer and the
-    verification's host copy and comparison. `pinned_path`: the devices have a pinned path of their own
-    (pinned_is_a_path), which the default measures.
-    """
+    """Peak host memory the probe holds for one size: its buffers plus the most any one cell holds at once. Measured
+    on CPU JAX (peak RSS per byte of --sizes at 32M and 256M, 4 devices): h2d 4x the size, d2h, d2d and d2d-self 5x,
+    6x with --variants all, 3-5x with --no-verify, 7-11x replicated. On an accelerator only the host side counts.
+    `pinned_path`: the devices have a pinned path of their own (pinned_is_a_path), which the default measures."""
 
     def variants(direction: str, layout: str) -> tuple[str, ...]:
         return opts.variants_for(direction, layout, pinned_path=pinned_path)

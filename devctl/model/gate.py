@@ -1,15 +1,5 @@
-"""The noise-aware regression gate of every bench (--baseline): one rule over any bench's cells (docs/bench.md, "CI gate").
-
-A cell is seen as a Figure: what identifies it across runs (its key, and a label for people), its headline figure
-(GB/s, TFLOP/s: higher is better) and its samples' count, p10, median and p90. A cell regresses when its figure
-falls below the baseline's by more than the allowed drop plus the noise band: the ~95% confidence interval of
-each median (noise_pct), never more than its median's distance from its fast decile (run_noise_pct), taken as
-the drop in the figure it allows (as_figure_pct), and, for a baseline of several runs, the wider of that and
-half the range of the runs' figures (pool). A bench may leave cells out of the judgement, with a reason, decided
-from the baseline alone (so that every rerun judges the same cells): GateSpec.rule; the gate itself leaves out
-cells timed another way and cells too noisy to fail (GATE_LEFT_OUT_WORDS). Pure stdlib: the CLI builds and
-renders these without jax.
-"""
+"""The noise-aware regression gate of every bench (--baseline): one rule over any bench's cells, as docs/bench.md
+("CI gate") states it. Pure stdlib: the CLI builds and renders these without jax."""
 
 from __future__ import annotations
 

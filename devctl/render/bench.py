@@ -33,11 +33,8 @@ def per_device_text(
     report: Any, title: str, key_columns: list[Any], key_of: Callable[[Any], list[str]], value_of: Callable[[Any], float | None],
     comparisons: Iterable[Comparison], what: Callable[[Comparison], str], size_text: Callable[[int], str], verbose: bool = False,
 ) -> None:  # fmt: skip
-    """bench memory and bench matmul: a row per cell (its figure and % of roof), then, where two or more devices
-    were measured, each device's best figure as a bar against the roof (against the fastest device where there is
-    no roof) with its stragglers; the roof, the per-call overhead and the notes; the rule and the method with
-    --verbose. At 80 columns the p10-p90 spread gives way first (it stays in --json), then a note goes on a line
-    under its row."""
+    """bench memory and bench matmul: a row per cell, then, with two or more devices, each device's best figure as a
+    bar against the roof (or the fastest device) with its stragglers; the roof, the overhead and the notes."""
     from devctl.render.console import Column, out, table_lines
 
     comparisons = list(comparisons)
@@ -67,8 +64,7 @@ def per_device_text(
         lines += comparison_lines(comp, what(comp))[1 if one_reason and comp.roof_reason else 0 :]
         if peers(comp):
             rules.append(f"Rule: {comp.rule}")
-    overhead = overhead_line(report.results)
-    lines += [overhead] if overhead else []
+    lines += overhead_line(report.results)
     note = report.environment.get("sweep_note")
     lines += [f"Note: {note}"] if note else []
     if report.environment.get("quick") and any(comp.stragglers for comp in comparisons):
@@ -146,27 +142,23 @@ def comparison_lines(comp: Comparison, what: str) -> list[str]:
     return lines
 
 
-def overhead_line(cells: Iterable[Any], left_out_of: str = "the figures above", what: str = "launch + sync") -> str | None:
-    """One line: how much longer one call timed alone took than a call in a burst (`what`: JAX's launch and the
-    host's sync, where a burst's calls run one after another), which the figures leave out and a step that waits
-    for its result pays; the median over the cells, and their range. None: nothing timed."""
+def overhead_line(cells: Iterable[Any], left_out_of: str = "the figures above", what: str = "launch + sync") -> list[str]:
+    """One line (none where nothing was timed): how much longer one call alone took than a call in a burst."""
     import statistics
 
     values = sorted(c.call_overhead_s for c in cells if getattr(c, "call_overhead_s", None) is not None)
     if not values:
-        return None
+        return []
     ms = lambda s: f"{s * 1e3:.2f}" if s >= 0.5e-5 else "0"  # noqa: E731  # a call alone no slower than in a burst
     low, high, median = ms(values[0]), ms(values[-1]), ms(statistics.median(values))
     spread = f" (cells {low} – {high} ms)" if low != high else ""
-    return f"Per call: {what} {'under 0.01' if median == '0' else median} ms{spread}, not in {left_out_of}"
+    return [f"Per call: {what} {'under 0.01' if median == '0' else median} ms{spread}, not in {left_out_of}"]
 
 
 def size_chart(title: str, series: dict[Any, list], name: Callable[[Any, list], str], value_of: Callable[[Any], float | None],
                text_of: Callable[[Any], str], width: int | None = None, reserve: int = 18) -> list[str]:  # fmt: skip
-    """A figure (GB/s) against size, one block of bars per series (key -> its cells, each with a size_bytes), `width`
-    cells wide at most (the terminal's by default; the bars shorten on a narrow one, `reserve` cells left for the
-    size label and the text after a bar); `name(key, keys)` heads a block. A series measured at one size, or with
-    no figure at any (skipped, zero-copy: the table says why), has no bars."""
+    """A figure (GB/s) against size, one block of bars per series (key -> its cells), `reserve` cells of `width` left
+    for the size label and the text after a bar; a series measured at one size, or with no figure, has no bars."""
     from devctl.render.console import out, wrap
 
     width = out().width if width is None else width
@@ -192,17 +184,16 @@ def csv_table(header: list[str], cells: Iterable[Any], **computed: Callable[[Any
     return header, rows
 
 
-def pair_matrix(title: str, srcs: list[str], dsts: list[str], cell: Callable[[str, str], str]) -> list[list]:
-    """A source (rows) x destination (columns) matrix, `cell(src, dst)` its text: one table where it fits, else
-    blocks of even numbers of destination columns one under another (as a wide table is printed in pages), each
-    with every source row; boxed only where every block fits in a box."""
+def pair_matrix(title: str, cells: Iterable[Any], srcs: list[str], dsts: list[str], text: Callable[[Any], str]) -> list[list]:
+    """A source (rows) x destination (columns) matrix of `cells`, in blocks of destinations where it does not fit."""
     from devctl.render.console import Column, fit_columns, out, stdout_is_terminal, table_lines
 
     width = out().width
+    by_pair = {(c.src, c.dst): text(c) for c in cells}
 
     def blocks(n: int) -> list[tuple[list, list[list[str]]]]:
         return [
-            ([Column("")] + [Column(d, "right") for d in dsts[i : i + n]], [[s, *[cell(s, d) for d in dsts[i : i + n]]] for s in srcs])
+            ([Column("")] + [Column(d, "right") for d in dsts[i : i + n]], [[s, *[by_pair.get((s, d), "") for d in dsts[i : i + n]]] for s in srcs])
             for i in range(0, len(dsts), n)
         ]
 
@@ -220,9 +211,12 @@ def pair_matrix(title: str, srcs: list[str], dsts: list[str], cell: Callable[[st
     ]
 
 
+def short_size(n: Any) -> str:
+    return format_size_short(n) if isinstance(n, int) else "?"
+
+
 def print_view(table: list, sections: Iterable[list], prose: Iterable[str]) -> None:
-    """A bench's text view: its table, each non-empty section (pair matrices, a chart) after a blank line, then its
-    prose lines, wrapped to the terminal with a hanging indent."""
+    """A bench's text view: its table, each non-empty section after a blank line, then its prose lines, wrapped."""
     from devctl.render.console import out, print_lines, say
 
     if table:
@@ -237,8 +231,7 @@ def print_view(table: list, sections: Iterable[list], prose: Iterable[str]) -> N
 
 
 def boxed_table(columns, rows: list[list[str]], title: str) -> list:
-    """table_lines, boxed only when every column without a priority fits in the box; otherwise plain columns,
-    which leave room for all of them (a box costs three cells a column)."""
+    """table_lines, boxed only when every column without a priority fits in the box (a box costs three cells a column)."""
     from dataclasses import replace
 
     from devctl.render.console import fit_columns, out, stdout_is_terminal, table_lines

@@ -1,11 +1,5 @@
 """`devctl bench collective` output: a table, the --all-pairs link matrices, a bus-bandwidth chart, and the mesh,
-latencies, roofs and stragglers in prose.
-
-At 80 columns the table keeps what a reader compares (collective, axis, size, time, algbw, busbw, % of roof):
-the p10-p90 spread and the sample count give way first (they stay in --json and --csv), then a note goes on a
-line under its row. An axis or dtype shared by every row is said once above the table. Off a terminal every
-table is whole, one row per line.
-"""
+latencies, roofs and stragglers in prose."""
 
 from __future__ import annotations
 
@@ -13,7 +7,7 @@ from typing import Any
 
 from devctl.model import bench_collective as m
 from devctl.model.bench_collective import CollectiveCell, CollectiveReport
-from devctl.render.bench import boxed_table, csv_table, overhead_line, pair_matrix, pct, print_view, size_chart, spread
+from devctl.render.bench import boxed_table, csv_table, overhead_line, pair_matrix, pct, print_view, short_size, size_chart, spread
 from devctl.units import figure, format_seconds, format_size_short
 
 
@@ -69,10 +63,9 @@ def _pair_groups(cells) -> dict:
 def _pair_matrices(cells) -> list[list]:
     tables = []
     for (axis, size, dtype), group in _pair_groups(cells).items():
-        by_pair = {(c.src, c.dst): c for c in group}
         names = list(dict.fromkeys([c.src for c in group] + [c.dst for c in group]))
         title = f"ppermute GB/s on axis {axis} at {format_size_short(size)} {dtype}, source (rows) → destination (columns)"
-        tables += pair_matrix(title, names, names, lambda s, d: _busbw(by_pair[(s, d)]) if (s, d) in by_pair else "")
+        tables += pair_matrix(title, group, names, names, _busbw)
     return tables
 
 
@@ -115,8 +108,9 @@ def summary_lines(report: CollectiveReport) -> list[str]:
     if env.get("roof_note"):
         lines.append(f"Roof: {env['roof_note']}")
     lines += straggler_lines(report)
-    overhead = overhead_line(report.results, f"the figures of the cells above {format_size_short(m.LATENCY_MAX_BYTES)} (timed in bursts); the latency cells include it")
-    lines += [overhead] if overhead else []
+    lines += overhead_line(
+        report.results, f"the figures of the cells above {format_size_short(m.LATENCY_MAX_BYTES)} (timed in bursts); the latency cells include it"
+    )
     if env.get("sweep_note"):
         lines.append(f"Note: {env['sweep_note']}")
     return lines
@@ -149,5 +143,4 @@ def csv_rows(report: CollectiveReport) -> tuple[list[str], list[list[Any]]]:
 
 def progress_label(event: dict) -> str:
     """A finished cell, as the progress bar (render.bench.Progress) names it."""
-    size = event.get("size_bytes")
-    return f"{event.get('collective')} {event.get('axis')} {format_size_short(size) if isinstance(size, int) else '?'}"
+    return f"{event.get('collective')} {event.get('axis')} {short_size(event.get('size_bytes'))}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from devctl.model.bench_memory import MemoryReport
-from devctl.render.bench import csv_table, per_device_text
+from devctl.render.bench import csv_table, per_device_text, short_size
 from devctl.units import format_size_short
 
 
@@ -29,5 +29,4 @@ def csv_rows(report: MemoryReport) -> tuple[list[str], list[list[Any]]]:
 
 
 def progress_label(event: dict) -> str:
-    size = event.get("size_bytes")
-    return f"{event.get('device')} {format_size_short(size) if isinstance(size, int) else '?'}"
+    return f"{event.get('device')} {short_size(event.get('size_bytes'))}"

@@ -1,16 +1,9 @@
-"""`devctl bench transfer` output: a table, the d2d pair matrices, a bandwidth chart, the fastest paths, the roofs.
-
-At 80 columns the table keeps what a reader compares (direction, variant, path, size, GB/s, % of roof): the
-p10-p90 spread gives way first (it stays in --json), a note goes on a line under its row, then the median
-goes, then the % of roof (the summary gives it for each fastest path). A table is boxed only where it fits
-whole with its box: a plain one has room for three more cells a column. Off a terminal every table is
-whole, one row per line.
-"""
+"""`devctl bench transfer` output: a table, the d2d pair matrices, a bandwidth chart, the fastest paths, the roofs."""
 
 from __future__ import annotations
 
 from devctl.model.bench_transfer import LATENCY_MAX_BYTES, METHOD, Cell, Fastest, Roofs, TransferReport, above_roof
-from devctl.render.bench import boxed_table, csv_table, overhead_line, pair_matrix, print_view, size_chart, spread
+from devctl.render.bench import boxed_table, csv_table, overhead_line, pair_matrix, print_view, short_size, size_chart, spread
 from devctl.units import figure, format_seconds, format_size_short
 
 
@@ -38,11 +31,8 @@ def _fmt_gbps(c: Cell) -> str:
 def _fmt_pct(c: Cell) -> str:
     if c.suspect:  # above its roof: the percentage would mislead (the summary says why)
         return "suspect"
-    return "-" if c.pct_of_roof is None else f"{c.pct_of_roof:.0f}% {_roof_short(c.roof)}"
-
-
-def _roof_short(kind: str | None) -> str:
-    return {"pcie": "PCIe", "host_memcpy": "memcpy"}.get(kind or "", "")
+    short = {"pcie": "PCIe", "host_memcpy": "memcpy"}.get(c.roof or "", "")
+    return "-" if c.pct_of_roof is None else f"{c.pct_of_roof:.0f}% {short}"
 
 
 def _matrix_groups(cells) -> dict:
@@ -105,11 +95,10 @@ def table_cells(cells) -> list[Cell]:
 def _pair_matrices(cells) -> list[list]:
     tables = []
     for (direction, variant, _layout, size), group in _matrix_groups(cells).items():
-        by_pair = {(c.src, c.dst): c for c in group}
         srcs = sorted({c.src for c in group}, key=_device_order)
         dsts = sorted({c.dst for c in group}, key=_device_order)
         title = f"{direction} {variant} GB/s at {format_size_short(size)}, source (rows) → destination (columns)"
-        tables += pair_matrix(title, srcs, dsts, lambda s, d: _fmt_gbps(by_pair[(s, d)]) if (s, d) in by_pair else "")
+        tables += pair_matrix(title, group, srcs, dsts, _fmt_gbps)
     return tables
 
 
@@ -153,15 +142,11 @@ def summary_lines(report: TransferReport) -> list[str]:
         if f.advice:
             lines.append(f"Advice: {f.advice}")
     lines += roof_lines(report)
-    overhead = overhead_line(
+    lines += overhead_line(
         report.results, f"the figures of the cells above {format_size_short(LATENCY_MAX_BYTES)} (timed in bursts, where transfers "
         "from one source may overlap); the latency cells include it", "waiting on each transfer alone adds",
     )  # fmt: skip
-    lines += [overhead] if overhead else []
-    env = report.environment
-    for key in ("sweep_note", "pairs_note"):
-        if env.get(key):
-            lines.append(f"Note: {env[key]}")
+    lines += [f"Note: {report.environment[k]}" for k in ("sweep_note", "pairs_note") if report.environment.get(k)]
     if any(_alone(c, report) for c in report.results):
         self_copies = any(c.direction == "d2d-self" for c in report.results)
         lines.append("Note: d2d: one device here, nothing to copy between; "
@@ -272,11 +257,7 @@ def roof_lines(report: TransferReport) -> list[str]:
 
 
 def progress_label(event: dict) -> str:
-    return f"{event.get('direction')} {event.get('variant')} {_short(event.get('size_bytes'))}"
-
-
-def _short(n) -> str:
-    return format_size_short(n) if isinstance(n, int) else "?"
+    return f"{event.get('direction')} {event.get('variant')} {short_size(event.get('size_bytes'))}"
 
 
 def csv_rows(report: TransferReport) -> tuple[list[str], list[list]]:
