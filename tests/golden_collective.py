@@ -42,7 +42,7 @@ def _env(kind: str, backend: str, n: int, quick: bool) -> dict:
         "platform_version": "cuda 13000" if backend == "cuda" else "cpu", "hostname": "node-a", "cpu_count": 2, "cpu_affinity": [0, 1],
         "xla_flags": None if backend == "cuda" else f"--xla_force_host_platform_device_count={n}", "jax_platforms": None, "shard_map": "jax.shard_map",
         "device_kind": kind, "process_count": 1, "process_index": 0, "repeats": 3 if quick else 5, "warmups": 1 if quick else 2,
-        "budget_s": 0.05 if quick else 0.2, "quick": quick,
+        "budget_s": 0.05 if quick else 0.2, "quick": quick, "axes_note": None,
     }  # fmt: skip
 
 

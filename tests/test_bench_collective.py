@@ -175,6 +175,18 @@ def test_mesh_that_does_not_multiply_to_the_device_count():
     assert_usage_error(proc, "data=3,model=2", "6 devices", "there are 4")
 
 
+def test_an_axis_of_one_device_is_said_not_measured():
+    args = ("bench", "collective", "--sizes", "4K", "--repeats", "3", "--warmups", "1", "--budget", "0.01",
+            "-c", "all-reduce", "--mesh", "data=1,model=4")  # fmt: skip
+    doc = bench(*args[2:])
+    assert [a["name"] for a in doc["axes"]] == ["model"] and {c["axis"] for c in doc["results"]} == {"model"}
+    assert doc["environment"]["axes_note"] == "data: one device along it, nothing to exchange, not measured"
+    text = run_devctl(*args, env=cpu_env())
+    assert text.returncode == 0, text.stderr
+    assert "Note: data: one device along it, nothing to exchange, not measured" in " ".join(text.stdout.split())
+    assert bench(*SMALL, "-c", "all-reduce")["environment"]["axes_note"] is None  # the default mesh has no such axis
+
+
 def test_one_device_has_nothing_to_measure():
     proc = run_devctl("bench", "collective", "--quick", env=cpu_env(1))
     assert_usage_error(proc, "one device here (cpu:0)", "at least 2 devices", "nothing to measure")

@@ -200,6 +200,7 @@ class CollectiveEnvironment(RunEnvironment):
     process_index: Annotated[int, json_schema(minimum=0)]  # this process's index (0 without --distributed): whose timings the cells are
     budget_s: Annotated[float, json_schema(minimum=0)]
     roof_note: str | None  # why busbw has no roof to compare with
+    axes_note: str | None  # --mesh axes of one device, which have nothing to exchange and are not measured
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,7 @@ class Bench:
         self.sweep_notes: list[str] = []
         self.layout: Layout | None = None
         self.axes: list[m.MeshAxis] = []
+        self.unmeasured_axes: tuple[str, ...] = ()
 
     # ---- the mesh ----------------------------------------------------------------------------------
 
@@ -127,9 +128,10 @@ class Bench:
             shown = ",".join(f"{a}={s}" for a, s in axes)
             raise UsageProblem(f"--mesh {shown} has {product} devices, but there are {n}: the axis sizes must multiply to {n}")
         self.layout = build_mesh(self.jax, self.np, self.devices, axes)
+        self.unmeasured_axes = tuple(name for name, size in axes if size < 2)  # one device: nothing to exchange
         for name, size in axes:
             if size < 2:
-                continue  # an axis of one device has nothing to exchange
+                continue
             groups = axis_groups(self.layout, self.np, name)
             crosses = any(len({getattr(d, "process_index", 0) for d in g}) > 1 for g in groups)
             self.axes.append(m.MeshAxis(name, size, len(groups), "inter-host" if crosses else "intra-host", tuple(device_name(d) for d in groups[0])))
@@ -285,6 +287,8 @@ class Bench:
         return environment(
             self.jax, self.np, self.jax.local_devices(), self.opts, None, shard_map=where, device_kind=self.devices[0].device_kind,
             process_count=self.processes, process_index=self.agreement.me, budget_s=self.opts.budget_s,
+            axes_note=f"{' and '.join(self.unmeasured_axes)}: one device along it, nothing to exchange, not measured"
+            if self.unmeasured_axes else None,
         )  # fmt: skip
 
 

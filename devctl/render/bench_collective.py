@@ -111,8 +111,7 @@ def summary_lines(report: CollectiveReport) -> list[str]:
     lines += overhead_line(
         report.results, f"the figures of the cells above {format_size_short(m.LATENCY_MAX_BYTES)} (timed in bursts); the latency cells include it"
     )
-    if env.get("sweep_note"):
-        lines.append(f"Note: {env['sweep_note']}")
+    lines += [f"Note: {env[key]}" for key in ("axes_note", "sweep_note") if env.get(key)]
     return lines
 
 
