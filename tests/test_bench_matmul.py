@@ -86,6 +86,7 @@ def test_table():
     ("args", "needle"),
     [
         (("--dtype", "f16"), "unknown --dtype 'f16'"),
+        (("--dtype", "all,bogus"), "unknown --dtype 'bogus'"),  # `all` does not excuse the rest
         (("--dtype", ""), "--dtype is empty"),
         (("--sizes", "8"), "between 16 and 65536"),
         (("--sizes", "1M"), "not a matrix side"),

@@ -10,7 +10,7 @@ import typer
 from devctl.cli import completion
 from devctl.cli.bench_options import Bench, BenchFlags, bench_options, parse_sizes, run_bench, sizes_option
 from devctl.cli.cluster import cluster_options
-from devctl.cli.options import DTYPE_NAMES, choose, shown, split_list
+from devctl.cli.options import DTYPE_NAMES, choose, renamed, shown, split_list
 from devctl.errors import UsageError
 from devctl.model import bench_collective as m
 from devctl.model.distributed import ClusterParams
@@ -47,13 +47,6 @@ AllPairsOpt = Annotated[bool, Option("--all-pairs", help="Also ppermute between 
 _AXIS = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
 
 
-def _spelled_out(items: list[str] | None) -> list[str] | None:
-    """--dtype values with the short names (bf16, f32: DTYPE_NAMES) written out."""
-    if items is None:
-        return None
-    return [",".join(DTYPE_NAMES.get(t.strip().lower(), t) for t in item.split(",")) for item in items]
-
-
 BENCH = Bench(m.GATE, m, "Two sizes", seconds="budget_s", seconds_help="Timed seconds per cell: small sizes take more samples within it", most=10_000, verbose=True)
 
 
@@ -71,7 +64,7 @@ def collective(
     all_print: bool,
 ) -> None:
     """Collective bandwidth over a mesh of devices (psum, all-gather, psum_scatter, all-to-all, ppermute), with nccl-tests' bus bandwidth."""
-    dtypes = choose("--dtype", _spelled_out(dtype), m.DTYPES, ("float32",), allow_all=False)
+    dtypes = choose("--dtype", renamed(dtype, DTYPE_NAMES), m.DTYPES, ("float32",), allow_all=False)
     # At least one element of the widest dtype asked, at most 1T a device (nothing holds more).
     widest = max(dtypes, key=m.DTYPE_BYTES.__getitem__)
     opts = m.CollectiveOptions(

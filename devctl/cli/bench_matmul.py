@@ -9,7 +9,7 @@ import typer
 
 from devctl.cli import completion
 from devctl.cli.bench_options import Bench, BenchFlags, DeviceOpt, bench_options, run_bench, sizes_option
-from devctl.cli.options import DTYPE_NAMES, parse_devices, shown, split_list
+from devctl.cli.options import DTYPE_NAMES, choose, parse_devices, renamed, shown, split_list
 from devctl.errors import UsageError
 from devctl.model import bench as c
 from devctl.model import bench_matmul as m
@@ -47,19 +47,9 @@ def matmul(dtype: DtypeOpt = None, sizes: SizesOpt = None, device: DeviceOpt = N
 
 
 def parse_dtypes(items: list[str] | None) -> tuple[str, ...]:
-    names = split_list("--dtype", items, f"one or more of {', '.join(m.DTYPES)}, all")
-    if names is None:
-        return m.DTYPES
-    aliases = {long: short for short, long in DTYPE_NAMES.items() if short in m.DTYPES} | {"fp32": "f32"}
-    chosen = set()
-    for n in names:
-        key = aliases.get(n.lower(), n.lower())
-        if key == "all":
-            return m.DTYPES
-        if key not in m.DTYPES:
-            raise UsageError(f"unknown --dtype {shown(n)}; accepted: {', '.join(m.DTYPES)}, all")
-        chosen.add(key)
-    return tuple(d for d in m.DTYPES if d in chosen)
+    """--dtype: bench matmul's short names, or the names JAX writes (bfloat16, float32)."""
+    short = {long: name for name, long in DTYPE_NAMES.items() if name in m.DTYPES} | {"fp32": "f32"}
+    return choose("--dtype", renamed(items, short), m.DTYPES, m.DTYPES)
 
 
 def parse_sides(text: str) -> tuple[int, ...]:

@@ -256,6 +256,13 @@ def check_seconds(flag: str, value: float | None, default: float, *, high: float
 DTYPE_NAMES = {"bf16": "bfloat16", "f32": "float32", "fp32": "float32", "f16": "float16", "i32": "int32", "i8": "int8"}
 
 
+def renamed(items: list[str] | None, names: dict[str, str]) -> list[str] | None:
+    """Repeatable, comma-separated values with each name `names` has (any case) replaced by its entry there."""
+    if items is None:
+        return None
+    return [",".join(names.get(t.strip().lower(), t) for t in item.split(",")) for item in items]
+
+
 def choose(flag: str, items: list[str] | None, choices: tuple[str, ...], default: tuple[str, ...], *, allow_all: bool = True) -> tuple[str, ...]:
     """Names from a closed set (repeatable or comma-separated, any case), in the set's order; `all` for every one
     when `allow_all`; `default` when not given."""
