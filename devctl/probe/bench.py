@@ -252,8 +252,10 @@ def single_call(call: Callable[[], Any]) -> float:
 
 
 def burst_limit(call: Any) -> int:
-    """MIN_CALLS where the callable sets max_burst (a backend that ignored a donation allocates each result), else MAX_CALLS."""
-    return MIN_CALLS if getattr(call, "max_burst", None) else MAX_CALLS
+    """The most calls one burst of `call` may hold: its max_burst where set (a backend that ignored a donation
+    allocates each call's result, and a long burst would hold many at once), within MIN_CALLS..MAX_CALLS."""
+    limit = getattr(call, "max_burst", None)
+    return max(MIN_CALLS, min(MAX_CALLS, limit)) if isinstance(limit, int) else MAX_CALLS
 
 
 def choose_calls(run_burst: Callable[[int], float], limit: int = MAX_CALLS, target_s: float = BURST_MIN_S) -> int:
