@@ -123,13 +123,18 @@ def test_all_pairs_measures_every_ordered_pair_of_each_axis(mesh_run):
 
 def test_table_fits_and_csv_has_a_row_per_cell():
     env = cpu_env()
-    proc = run_devctl("bench", "collective", *SMALL, "-c", "all-reduce,ppermute", "--all-pairs", env=env)
+    three_sizes = ("--sizes", "4K,16K,64K", *SMALL[2:])
+    proc = run_devctl("bench", "collective", *three_sizes, "-c", "all-reduce,ppermute", "--all-pairs", env=env)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "devctl bench collective" in out and "Bus bandwidth against size" in out
     assert "ppermute GB/s on axis devices" in out  # the 4 x 4 link matrix
     assert "Stragglers: none among 12 links" in out or "Straggler link:" in out
-    assert "Latency on devices (median at 4K)" in out and "\x1b[" not in out
+    assert "Latency on devices (median at 4K)" in out and "Best busbw on devices" in out and "\x1b[" not in out
+    # Two sizes are two rows of the table: no chart, no latency or best-busbw line that would say them again.
+    two = run_devctl("bench", "collective", *SMALL, "-c", "all-reduce", env=env)
+    assert two.returncode == 0, two.stderr
+    assert "all-reduce" in two.stdout and not any(w in two.stdout for w in ("against size", "Latency on", "Best busbw"))
     proc = run_devctl("bench", "collective", *SMALL, "-c", "all-gather", "--dtype", "bfloat16,int8", "--csv", env=env)
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))

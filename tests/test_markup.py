@@ -279,8 +279,9 @@ def test_bench_transfer_renderer(console):
     from devctl.render.bench_transfer import transfer_text
 
     devices = ("cpu:0", BOLD, PATH)
+    # Three sizes: the chart too, whose series names are text from the cells.
     cells = [Cell("h2d", LINK, "single", size, "host", BOLD, samples=3, median_s=1e-3, p10_s=1e-3, p90_s=2e-3, gbps=size / 1e6, note=SPEC)
-             for size in (4096, 1 << 20)]  # fmt: skip
+             for size in (4096, 1 << 16, 1 << 20)]  # fmt: skip
     # Three pairs at one size: the d2d matrix, whose headers are device names.
     cells += [Cell("d2d", "put", "single", 4096, s, d, samples=3, median_s=1e-3, gbps=1.0) for s in devices for d in devices if s != d]
     report = TransferReport(

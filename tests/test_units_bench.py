@@ -1052,14 +1052,17 @@ def test_one_device_d2d_is_one_note_not_a_skipped_row_per_size(plain_stdout):
     transfer_text(report)
     out = plain_stdout.readouterr().out
     assert "→ none" not in out and "skipped" not in out and "d2d put" not in out  # no row, no chart series
+    assert "against size" not in out  # two sizes are the table's two rows of each path: no chart
     assert out.count("one device") == 1
     assert "Note: d2d: one device here, nothing to copy between; d2d-self measures on-device copies" in out
 
 
 def test_a_suspect_cell_shows_suspect_not_its_percentage(plain_stdout):
+    from dataclasses import replace
+
     from golden_reports import bench_cpu1_quick
 
-    from devctl.render.bench_transfer import transfer_text
+    from devctl.render.bench_transfer import chart_lines, transfer_text
 
     report = bench_cpu1_quick()
     (cell,) = [c for c in report.results if c.suspect]
@@ -1068,7 +1071,9 @@ def test_a_suspect_cell_shows_suspect_not_its_percentage(plain_stdout):
     out = plain_stdout.readouterr().out
     (row,) = [line for line in out.splitlines() if "cpu:0 → host" in line and "16M" in line]
     assert row.endswith("suspect") and "%" not in row
-    assert "15.6 (suspect)" in out  # its bar in the chart
+    d2h = [c for c in report.results if c.direction == "d2h"]
+    chart = chart_lines([*d2h, replace(d2h[0], size_bytes=1 << 20)], width=80)  # a third size: a chart
+    assert any(line.endswith("15.6 (suspect)") for line in chart)  # its bar says so too
     assert "d2h at 16M: copy 15.6 GB/s, suspect: above host memcpy (14.7 GB/s)" in out.splitlines()
     assert "Note: suspect: 1 cell came out faster than its roof" in out
 

@@ -10,6 +10,8 @@ from devctl.model.bench import Comparison
 from devctl.units import digits, figure, format_seconds, format_size_short
 
 BAR_WIDTH = 32
+# A curve, and a summary of one, needs this many sizes: two are two rows of the table, which says them already.
+SWEEP_MIN_SIZES = 3
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
 
@@ -158,11 +160,12 @@ def overhead_line(cells: Iterable[Any], left_out_of: str = "the figures above", 
 def size_chart(title: str, series: dict[Any, list], name: Callable[[Any, list], str], value_of: Callable[[Any], float | None],
                text_of: Callable[[Any], str], width: int | None = None, reserve: int = 18) -> list[str]:  # fmt: skip
     """A figure (GB/s) against size, one block of bars per series (key -> its cells), `reserve` cells of `width` left
-    for the size label and the text after a bar; a series measured at one size, or with no figure, has no bars."""
+    for the size label and the text after a bar; a series measured at fewer than SWEEP_MIN_SIZES sizes, or with no
+    figure, has no bars."""
     from devctl.render.console import out, wrap
 
     width = out().width if width is None else width
-    series = {k: v for k, v in series.items() if len(v) >= 2 and any(value_of(c) for c in v)}
+    series = {k: v for k, v in series.items() if len(v) >= SWEEP_MIN_SIZES and any(value_of(c) for c in v)}
     top = max((value_of(c) or 0.0 for v in series.values() for c in v), default=None)
     if not series or not top:
         return []

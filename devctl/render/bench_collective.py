@@ -7,7 +7,7 @@ from typing import Any
 
 from devctl.model import bench_collective as m
 from devctl.model.bench_collective import CollectiveCell, CollectiveReport
-from devctl.render.bench import boxed_table, csv_table, overhead_line, pair_matrix, pct, print_view, short_size, size_chart, spread
+from devctl.render.bench import SWEEP_MIN_SIZES, boxed_table, csv_table, overhead_line, pair_matrix, pct, print_view, short_size, size_chart, spread
 from devctl.units import figure, format_seconds, format_size_short
 
 
@@ -83,7 +83,8 @@ def chart_lines(cells, width: int | None = None) -> list[str]:
 
 
 def summary_lines(report: CollectiveReport) -> list[str]:
-    """The mesh, each collective's latency and best bus bandwidth, the roof, the stragglers and the notes."""
+    """The mesh, each collective's latency and best bus bandwidth (over a sweep of sizes), the roof, the stragglers
+    and the notes."""
     lines = []
     for a in report.axes:
         groups = f", {a.groups} groups at once" if a.groups > 1 else ""
@@ -91,6 +92,8 @@ def summary_lines(report: CollectiveReport) -> list[str]:
     measured = [c for c in report.results if not c.skipped and c.median_s and c.collective != "ppermute-pair"]
     for axis in dict.fromkeys(c.axis for c in measured):
         on_axis = [c for c in measured if c.axis == axis]
+        if len({c.size_bytes for c in on_axis}) < SWEEP_MIN_SIZES:
+            continue
         smallest = min(c.size_bytes for c in on_axis)
         latency = [f"{c.collective} {format_seconds(c.median_s)}" for c in on_axis if c.size_bytes == smallest and c.latency]
         if latency:
