@@ -123,8 +123,10 @@ def bench_options(bench: Bench) -> Callable:
 
 def run_bench(flags: BenchFlags, run: Callable[..., Any], opts: Any, label: Callable[[dict], str], what: str, wrong: str, *,
               comparisons: Callable[[Any], Iterable[Any]] = lambda report: (), prints: Callable[[Any], bool] = lambda report: True) -> None:  # fmt: skip
-    """A bench command from its options on: run, judged against --baseline, printed; verdicts on stderr; exit 1 if
-    a result was wrong or the gate failed."""
+    """A bench command from its options on: run (`label` names each finished cell on the progress bar), judged
+    against --baseline, printed (unless `prints(report)` says it is not this process's to print); the stragglers of
+    `comparisons(report)`, the gate's verdict and a wrong result ("{what} verification failed: {wrong}") on stderr;
+    exit 1 if a result was wrong or the gate failed."""
     spec = flags.bench.spec
     request = check_gate(flags.baseline, flags.max_regression, spec, flags.gate_all_sizes)
     from devctl.collect.gate import judged
