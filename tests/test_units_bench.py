@@ -1131,5 +1131,5 @@ def test_progress_counts_only_the_cells_that_run():
                   {"event": "cell", "direction": "d2d", "counted": False}, {"event": "cell", "direction": "d2h"}):  # fmt: skip
         progress.on_event(event)
     assert [(u.get("total"), u.get("advance"), u.get("description")) for u in updates] == [
-        (2, None, "measuring"), (None, 1, "h2d"), (None, 1, "d2h")
+        (2, None, "measuring"), (None, 1, "done: h2d"), (None, 1, "done: d2h")
     ]  # fmt: skip

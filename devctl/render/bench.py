@@ -261,7 +261,8 @@ def bar(fraction: float, width: int) -> str:
 class Progress:
     """A progress bar on stderr while cells complete, only when stderr is a terminal; every bench command's.
 
-    `label` names a finished cell from its event.
+    `label` names a cell from its event; the bar says it is done (a child announces a cell when it ends, not when
+    it starts).
     """
 
     def __init__(self, label: Callable[[dict], str]):
@@ -297,7 +298,7 @@ class Progress:
         elif kind == "plan":
             self._bar.update(self._task, total=event.get("cells"), description="measuring")
         elif kind == "cell" and event.get("counted", True):  # a cell planned only to say why it cannot run is not progress
-            self._bar.update(self._task, advance=1, description=self._label(event))
+            self._bar.update(self._task, advance=1, description=f"done: {self._label(event)}")
         elif kind == "dropped":  # planned cells that will not run (a sweep stopped early): the total counts what runs
             total = self._bar.tasks[0].total
             self._bar.update(self._task, total=total - int(event.get("cells", 0)) if total is not None else None)
