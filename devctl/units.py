@@ -116,10 +116,13 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 def figure(value: float | None) -> str:
-    """GB/s or TFLOP/s as people read them: 2905, 51.2, 0.142 (never 2.9e+03)."""
+    """GB/s or TFLOP/s as people read them: 2905, 51.2, 2.20, 0.0680 (never 2.9e+03; three figures, trailing zeros
+    kept, so that a column's figures read alike)."""
     if value is None:
         return "-"
-    return f"{value:.{digits(value)}f}" if value >= 10 else f"{value:.3g}"
+    if value == 0:
+        return "0"
+    return f"{value:.{digits(value)}f}" if value >= 10 else f"{value:#.3g}"
 
 
 def digits(value: float | None) -> int:

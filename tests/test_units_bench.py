@@ -342,14 +342,14 @@ def test_one_variant_is_not_called_fastest_and_the_roof_is_named_as_its_link():
     link = m.PcieLink("cuda:0", "0000:18:00.0", 5, 16, 5, 63.0)
     roofs = m.Roofs(pcie=(link,))
     (f,) = fastest_paths([pcie_cell(variant="pageable", gbps=5.4, size=256 * MIB)])
-    assert verdict_line(f, roofs) == "h2d at 256M: pageable 5.4 GB/s, 9% of PCIe Gen5 x16 (63.0 GB/s)"
+    assert verdict_line(f, roofs) == "h2d at 256M: pageable 5.40 GB/s, 9% of PCIe Gen5 x16 (63.0 GB/s)"
     # Without the link's generation and width, the roof is the link's peak.
-    assert verdict_line(f, m.Roofs()) == "h2d at 256M: pageable 5.4 GB/s, 9% of the PCIe link's peak (63.0 GB/s)"
+    assert verdict_line(f, m.Roofs()) == "h2d at 256M: pageable 5.40 GB/s, 9% of the PCIe link's peak (63.0 GB/s)"
     (f,) = fastest_paths([pcie_cell(variant="pageable", gbps=6.9), pcie_cell(variant="pinned", gbps=49.5)])
-    assert verdict_line(f, roofs) == "Fastest h2d at 1G: pinned 49.5 GB/s, 79% of PCIe Gen5 x16 (63.0 GB/s); pageable 6.9 GB/s, 11%"
+    assert verdict_line(f, roofs) == "Fastest h2d at 1G: pinned 49.5 GB/s, 79% of PCIe Gen5 x16 (63.0 GB/s); pageable 6.90 GB/s, 11%"
     # A zero-copy variant moved nothing: one variant measured, not a fastest.
     (f,) = fastest_paths([pcie_cell(variant="pageable", gbps=6.9), cell(variant="aligned", size=GIB, dst="cuda:0", gbps=None, zero_copy=True)])
-    assert verdict_line(f, roofs).startswith("h2d at 1G: pageable 6.9 GB/s") and verdict_line(f, roofs).endswith("zero-copy (no transfer): aligned")
+    assert verdict_line(f, roofs).startswith("h2d at 1G: pageable 6.90 GB/s") and verdict_line(f, roofs).endswith("zero-copy (no transfer): aligned")
     # A mesh's roof is its links' sum.
     sharded = cell(variant="pageable", size=GIB, dst="cuda:all", gbps=100.0, layout="sharded", roof="pcie", roof_gbps=8 * 63.0, pct_of_roof=100 / 5.04)
     (f,) = fastest_paths([sharded])
@@ -1112,6 +1112,8 @@ def test_figures_read_as_people_write_them_never_in_exponent_notation():
 
     # An H100's HBM (3350 GB/s), an NVLink (450), PCIe (25.6), a CPU's small transfers (0.142).
     assert [figure(v) for v in (3350.4, 450.0, 25.63, 1.234, 0.1423, None)] == ["3350", "450", "25.6", "1.23", "0.142", "-"]
+    # Three figures below 10 too, trailing zeros kept, so that a column reads alike (2.20 beside 3.11, not 2.2).
+    assert [figure(v) for v in (2.2, 0.068, 9.9996, 0.0)] == ["2.20", "0.0680", "10.0", "0"]
 
 
 def test_progress_counts_only_the_cells_that_run():
